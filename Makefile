@@ -1,0 +1,28 @@
+# Two commands on a fresh machine:  make demo   and   make test
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The CPU build on this disk; anything unpinned pulls a multi-GB CUDA build. Override for a GPU box:
+#   make TORCH=torch==2.13.0 PIP_EXTRA_INDEX_URL=<your CUDA wheel index> ...
+TORCH  ?= torch==2.13.0
+export HF_HUB_OFFLINE ?= 1
+
+.PHONY: demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/hybridret demo
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) benchmarks/core.py
+
+clean:
+	rm -rf $(VENV) indexes/sample

@@ -1,0 +1,64 @@
+"""hybridret: hybrid dense + learned-sparse retrieval with exact scores and query-time fusion.
+
+Mental model: encode -> index -> search -> save/load::
+
+    from hybridret import HybridRetriever
+    retriever = HybridRetriever.from_models()       # packaged all-MiniLM-L6-v2 + SPLADE-tiny
+    retriever.index(documents)                      # dicts, Documents, (id, text) pairs or str
+    hits = retriever.search(["a question"], k=10)   # hybrid; also "dense", "sparse", "bm25"
+    retriever.save("indexes/mine")
+"""
+
+import logging
+
+from ._version import __version__
+from .data import CorpusReader, Document, iter_corpus, load_beir, load_qrels, load_queries
+from .encoders import DenseEncoder, EncodedBatch, Encoder, JointEncoder, PairedEncoder, SpladeEncoder
+from .errors import (
+    ConfigError,
+    CorpusFormatError,
+    EncoderError,
+    HybridRetError,
+    IndexExistsError,
+    IndexFormatError,
+    IndexNotFoundError,
+    ModelNotFoundError,
+)
+from .index import DenseIndex, SparseIndex
+from .models import resolve_model
+from .retriever import METHODS, HybridRetriever
+from .types import Hit, Hits, MatchedTerm
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
+
+__all__ = [
+    "METHODS",
+    "ConfigError",
+    "CorpusFormatError",
+    "CorpusReader",
+    "DenseEncoder",
+    "DenseIndex",
+    "Document",
+    "EncodedBatch",
+    "Encoder",
+    "EncoderError",
+    "Hit",
+    "Hits",
+    "HybridRetError",
+    "HybridRetriever",
+    "IndexExistsError",
+    "IndexFormatError",
+    "IndexNotFoundError",
+    "JointEncoder",
+    "MatchedTerm",
+    "ModelNotFoundError",
+    "PairedEncoder",
+    "SparseIndex",
+    "SpladeEncoder",
+    "__version__",
+    "iter_corpus",
+    "load_beir",
+    "load_qrels",
+    "load_queries",
+    "resolve_model",
+]

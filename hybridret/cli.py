@@ -1,0 +1,229 @@
+"""Command line: ``hybridret index | search | info | demo`` (also ``python -m hybridret``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ._version import __version__
+from .errors import HybridRetError
+
+__all__ = ["main"]
+
+logger = logging.getLogger("hybridret")
+
+SAMPLE_DIR = Path(__file__).resolve().parent / "resources" / "sample"
+DEMO_QUERIES = (
+    "how do black holes form",
+    "why does bread dough need time to rise",
+    "treatment for high blood pressure",
+)
+
+
+def _add_encoder_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("encoders")
+    g.add_argument("--dense-model", default=None, metavar="NAME",
+                   help="dense model: packaged alias, local folder or Hub id (default: all-MiniLM-L6-v2)")
+    g.add_argument("--sparse-model", default=None, metavar="NAME",
+                   help="SPLADE model: packaged alias, local folder or Hub id (default: splade-tiny)")
+    g.add_argument("--joint-model", default=None, metavar="NAME",
+                   help="one *ForMaskedLM checkpoint for both heads, instead of --dense-model/--sparse-model")
+    g.add_argument("--max-length", type=int, default=256, help="max tokens per text (default: 256)")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hybridret", description="Hybrid dense + learned-sparse retrieval.")
+    parser.add_argument("--version", action="version", version=f"hybridret {__version__}")
+    verbosity = parser.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only (no progress bars)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("index", help="encode and index a corpus",
+                       description="Index a JSONL file, a BEIR folder or an MS MARCO collection.tsv. "
+                                   "Documents whose title and text are both empty are skipped and counted.")
+    p.add_argument("corpus", help="corpus.jsonl, a BEIR folder, or collection.tsv (.gz accepted)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="index directory to write")
+    p.add_argument("--format", choices=("jsonl", "beir", "tsv"), default=None, help="default: from the path")
+    p.add_argument("--faiss", default="Flat", metavar="FACTORY",
+                   help="FAISS factory string (default: Flat = exact; e.g. HNSW32,Flat or IVF1024,PQ64)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
+    p.add_argument("--chunk-size", type=int, default=1024, help="documents per indexing chunk (default: 1024)")
+    p.add_argument("--sparse-bits", type=int, default=8, help="bit planes of the tantivy encoding (default: 8)")
+    p.add_argument("--no-bm25", action="store_true", help="do not index text for BM25")
+    p.add_argument("--no-text", action="store_true", help="do not store document texts")
+    p.add_argument("--on-empty", choices=("skip", "error"), default="skip", help="empty documents (default: skip)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing index (it stays usable until the new one is complete)")
+    _add_encoder_args(p)
+
+    p = sub.add_parser("search", help="search an index")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("query", nargs="+", help="query text (several words are joined)")
+    p.add_argument("-k", type=int, default=10, help="hits to return (default: 10)")
+    p.add_argument("--method", default="hybrid", choices=("hybrid", "dense", "sparse", "bm25"))
+    p.add_argument("--candidates", type=int, default=100, help="per-retriever depth for hybrid (default: 100)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--device", default=None)
+
+    p = sub.add_parser("info", help="describe an index")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("demo", help="index the bundled sample corpus and run a few queries")
+    p.add_argument("-o", "--output", default="indexes/sample", metavar="DIR", help="default: indexes/sample")
+    p.add_argument("-k", type=int, default=3)
+    p.add_argument("--device", default=None)
+    return parser
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    if not any(getattr(h, "_hybridret_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s" if args.verbose else "%(message)s"))
+        handler._hybridret_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+def _build_retriever(args: argparse.Namespace, **settings: Any) -> Any:
+    from .encoders import JointEncoder
+    from .retriever import HybridRetriever
+
+    if args.joint_model and (args.dense_model or args.sparse_model):
+        raise HybridRetError("--joint-model cannot be combined with --dense-model/--sparse-model")
+    if args.joint_model:
+        enc = JointEncoder(args.joint_model, max_length=args.max_length, device=args.device)
+        return HybridRetriever(enc, device=args.device, **settings)
+    return HybridRetriever.from_models(args.dense_model, args.sparse_model, device=args.device,
+                                       max_length=args.max_length, **settings)
+
+
+def _cmd_index(args: argparse.Namespace) -> int:
+    from .data import CorpusReader
+    from .errors import IndexExistsError
+    from .index.manifest import MANIFEST
+
+    out = Path(args.output)
+    if (out / MANIFEST).exists() and not args.overwrite:
+        raise IndexExistsError(f"an index already exists at {out}; pass --overwrite to replace it")
+    reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
+    retriever = _build_retriever(args, faiss_factory=args.faiss, sparse_bits=args.sparse_bits,
+                                 bm25=not args.no_bm25, store_text=not args.no_text)
+    import time
+
+    start = time.perf_counter()
+    retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out)
+    retriever.manifest["skipped_empty"] = retriever.manifest.get("skipped_empty", 0) + reader.skipped_empty
+    retriever.manifest["source"] = {"path": str(args.corpus), "format": reader.format}
+    retriever.save(out, overwrite=True)
+    took = time.perf_counter() - start
+    logger.info("indexed %d documents into %s in %.1f s (%.1f docs/s)", retriever.num_docs, out, took,
+                retriever.num_docs / max(took, 1e-9))
+    return 0
+
+
+def _hit_json(hit: Any) -> dict[str, Any]:
+    return hit.to_dict()
+
+
+def _print_hits(hits: Any, i: int, *, width: int = 100) -> None:
+    print(f"\nquery: {hits.queries[i]}   [{hits.method}]")
+    view = hits[i]
+    if not view:
+        print("  (no hits)")
+    for hit in view:
+        parts = " ".join(f"{name} {value:.3f}" for name, value in hit.scores.items() if value == value)
+        print(f"{hit.rank:>3}. {hit.id}  score {hit.score:.4f}  ({parts})")
+        body = f"{hit.title}: {hit.text}" if hit.title else hit.text
+        print(textwrap.indent(textwrap.shorten(body, width=width, placeholder=" ..."), "     "))
+        if hit.matched_terms:
+            terms = ", ".join(f"{m.term}{'*' if m.expansion else ''} {m.contribution:.2f}"
+                              for m in hit.matched_terms[:10])
+            print(f"     matched: {terms}")
+    if any(m.expansion for hit in view for m in hit.matched_terms):
+        print("     (* = expansion term: matched through the sparse model, absent from the document text)")
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from .retriever import HybridRetriever
+
+    retriever = HybridRetriever.load(args.index, device=args.device)
+    query = " ".join(args.query)
+    hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates)
+    if args.json:
+        print(json.dumps({"query": query, "method": args.method, "hits": [_hit_json(h) for h in hits[0]]},
+                         ensure_ascii=False, indent=2))
+    else:
+        _print_hits(hits, 0)
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from .retriever import HybridRetriever
+
+    info = HybridRetriever.load(args.index).info()
+    if args.json:
+        print(json.dumps(info, indent=2, sort_keys=True))
+        return 0
+    comps = info.get("components", {})
+    print(f"index:      {args.index}")
+    print(f"documents:  {info.get('num_docs')} (skipped empty: {info.get('skipped_empty', 0)})")
+    print(f"encoder:    {json.dumps(info.get('encoder'))}")
+    if "dense" in comps:
+        d = comps["dense"]
+        print(f"dense:      FAISS {d.get('factory')}, {d.get('dim')}-d, metric {d.get('metric')}")
+    if "sparse" in comps:
+        s = comps["sparse"]
+        print(f"sparse:     tantivy, vocab {s.get('vocab_size')}, {s.get('nnz', 0) / max(1, s.get('num_docs', 1)):.1f} "
+              f"terms/doc, {s.get('bits')} bit planes, BM25 {'yes' if s.get('bm25') else 'no'}")
+    print(f"on disk:    {info.get('bytes_on_disk', 0) / 1e6:.1f} MB")
+    print(f"format:     {info.get('format_version')} (saved {info.get('saved_at')}, hybridret "
+          f"{info.get('libraries', {}).get('hybridret')})")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .data import CorpusReader
+    from .retriever import HybridRetriever
+
+    corpus = SAMPLE_DIR / "corpus.jsonl"
+    out = Path(args.output)
+    reader = CorpusReader(corpus)
+    retriever = HybridRetriever.from_models(device=args.device)
+    retriever.index(reader, workdir=out)
+    retriever.save(out, overwrite=True)
+    logger.info("indexed the %d-passage sample corpus into %s", retriever.num_docs, out)
+    hits = retriever.search(list(DEMO_QUERIES), k=args.k)
+    for i in range(len(hits)):
+        _print_hits(hits, i)
+    print(f"\nTry: hybridret search {out} \"your question\" --method sparse")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args)
+    commands = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "demo": _cmd_demo}
+    try:
+        return commands[args.command](args)
+    except (HybridRetError, FileNotFoundError, FileExistsError) as exc:
+        print(f"hybridret: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hybridret: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,526 @@
+"""Readers for corpora, queries and relevance judgments.
+
+Supported inputs (any file may be gzip-compressed; compression is detected by a ``.gz`` suffix):
+
+* **JSON Lines** corpora (``*.jsonl``, ``*.json``): one object per line with an id (``"_id"`` or
+  ``"id"``), an optional ``"title"`` and a ``"text"`` (or pyserini's ``"contents"``).
+* **BEIR folders**: a directory holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``.
+* **TSV** corpora such as MS MARCO ``collection.tsv``: ``id<TAB>text`` or ``id<TAB>title<TAB>text``.
+* Queries as BEIR ``queries.jsonl`` or ``qid<TAB>text`` TSV files.
+* Qrels as BEIR TSV (``query-id corpus-id score``, optional header) or TREC (``qid 0 docid grade``).
+
+Every reader streams line by line and reports malformed input as
+:class:`~hybridret.errors.CorpusFormatError` carrying the file, the 1-based line number and the
+field at fault.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import logging
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+from hybridret.errors import ConfigError, CorpusFormatError
+
+__all__ = [
+    "CorpusReader",
+    "Document",
+    "detect_corpus_format",
+    "iter_batches",
+    "iter_corpus",
+    "load_beir",
+    "load_qrels",
+    "load_queries",
+]
+
+logger = logging.getLogger(__name__)
+
+PathLike = Union[str, "os.PathLike[str]"]
+T = TypeVar("T")
+
+CORPUS_FORMATS = ("jsonl", "beir", "tsv")
+_ON_EMPTY = ("skip", "error")
+# First-line values recognised as a TSV header (first column) and skipped.
+_DOC_HEADER_IDS = frozenset({"id", "_id", "docid", "doc_id", "doc-id", "pid", "corpus-id"})
+_QUERY_HEADER_IDS = frozenset({"id", "_id", "qid", "query_id", "query-id", "topic", "topic_id"})
+
+
+@dataclass(frozen=True)
+class Document:
+    """One corpus document."""
+
+    id: str
+    text: str
+    title: str = ""
+
+    @property
+    def full_text(self) -> str:
+        """``title + " " + text`` when the title is non-blank, else ``text``; stripped."""
+        title = self.title.strip()
+        if title:
+            return f"{title} {self.text.strip()}".strip()
+        return self.text.strip()
+
+
+# --------------------------------------------------------------------------- low-level helpers
+
+
+def _strip_gz(path: Path) -> str:
+    """Lower-cased file name without a trailing ``.gz``."""
+    name = path.name.lower()
+    return name[:-3] if name.endswith(".gz") else name
+
+
+def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield ``(line_number, text)`` for each line of ``path`` (1-based, line ending removed).
+
+    Gzip is used when the name ends in ``.gz``. Invalid UTF-8 and corrupt gzip data raise
+    :class:`CorpusFormatError` naming the line. A UTF-8 byte-order mark on line 1 is dropped.
+    """
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    lineno = 0
+    try:
+        with opener(path, "rb") as fh:
+            for lineno, raw in enumerate(fh, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise CorpusFormatError(
+                        f"invalid UTF-8 at byte {exc.start} of the line", path=str(path), line=lineno
+                    ) from None
+                if lineno == 1 and text.startswith("\ufeff"):
+                    text = text[1:]
+                yield lineno, text.rstrip("\r\n")
+    except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        raise CorpusFormatError(
+            f"corrupt gzip data ({exc})", path=str(path), line=lineno + 1
+        ) from None
+
+
+def _require_file(path: PathLike, what: str) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"{what} not found: {p}")
+    if p.is_dir():
+        raise CorpusFormatError(f"expected a {what} file, got a directory", path=str(p))
+    return p
+
+
+def _coerce_id(value: Any, field: str, path: Path, line: int) -> str:
+    # bool is an int subclass but never a sensible id.
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise CorpusFormatError(
+            f"field {field!r} must be a string or integer, got {type(value).__name__}",
+            path=str(path), line=line, field=field,
+        )
+    out = str(value)
+    if not out.strip():
+        raise CorpusFormatError(f"field {field!r} is empty", path=str(path), line=line, field=field)
+    return out
+
+
+def _parse_json_object(text: str, path: Path, line: int) -> dict[str, Any]:
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorpusFormatError(
+            f"invalid JSON ({exc.msg} at column {exc.colno})", path=str(path), line=line
+        ) from None
+    if not isinstance(obj, dict):
+        raise CorpusFormatError(
+            f"expected a JSON object per line (JSON Lines), got {type(obj).__name__}",
+            path=str(path), line=line,
+        )
+    return obj
+
+
+def _json_id(obj: dict[str, Any], path: Path, line: int) -> str:
+    for key in ("_id", "id"):
+        if obj.get(key) is not None:
+            return _coerce_id(obj[key], key, path, line)
+    raise CorpusFormatError("missing id (expected '_id' or 'id')", path=str(path), line=line, field="_id")
+
+
+def _json_str(obj: dict[str, Any], keys: tuple[str, ...], path: Path, line: int,
+              *, required: bool) -> str:
+    """Return the first of ``keys`` present in ``obj`` as a string ('' if optional and absent/null)."""
+    for key in keys:
+        if key in obj:
+            value = obj[key]
+            if value is None and not required:
+                return ""
+            if not isinstance(value, str):
+                raise CorpusFormatError(
+                    f"field {key!r} must be a string, got {type(value).__name__}",
+                    path=str(path), line=line, field=key,
+                )
+            return value
+    if required:
+        alts = " or ".join(repr(k) for k in keys)
+        raise CorpusFormatError(f"missing field {alts}", path=str(path), line=line, field=keys[0])
+    return ""
+
+
+def _duplicate(kind: str, id_: str, first: int, path: Path, line: int, field: str) -> CorpusFormatError:
+    return CorpusFormatError(
+        f"duplicate {kind} id {id_!r} on lines {first} and {line}",
+        path=str(path), line=line, field=field,
+    )
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def detect_corpus_format(path: PathLike) -> str:
+    """Guess the corpus format of ``path``: ``"jsonl"``, ``"beir"`` or ``"tsv"``.
+
+    A directory holding ``corpus.jsonl`` (or ``corpus.jsonl.gz``) is ``"beir"``; ``*.jsonl``,
+    ``*.json`` are ``"jsonl"``; ``*.tsv`` is ``"tsv"`` (each optionally ``.gz``).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CorpusFormatError: the format cannot be determined.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"corpus not found: {p}")
+    if p.is_dir():
+        if _beir_corpus_file(p) is not None:
+            return "beir"
+        raise CorpusFormatError(
+            "directory is not a BEIR folder (no corpus.jsonl or corpus.jsonl.gz inside)", path=str(p)
+        )
+    name = _strip_gz(p)
+    if name.endswith((".jsonl", ".json")):
+        return "jsonl"
+    if name.endswith(".tsv"):
+        return "tsv"
+    raise CorpusFormatError(
+        "cannot detect corpus format from the file name (expected .jsonl, .json or .tsv, "
+        "optionally .gz, or a BEIR folder); pass format= explicitly",
+        path=str(p),
+    )
+
+
+def _beir_corpus_file(folder: Path) -> Path | None:
+    for name in ("corpus.jsonl", "corpus.jsonl.gz"):
+        candidate = folder / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+class CorpusReader:
+    """A re-iterable stream of :class:`Document` from a corpus file or BEIR folder.
+
+    Args:
+        path: a ``.jsonl``/``.json``/``.tsv`` file (optionally ``.gz``) or a BEIR folder.
+        format: ``"jsonl"``, ``"beir"`` or ``"tsv"``; detected from ``path`` when ``None``.
+        on_empty: what to do with documents whose title and text are both blank: ``"skip"``
+            (count them and log one warning at the end of the pass) or ``"error"``.
+
+    Attributes (updated by each pass; final once a pass has been fully consumed):
+        path: the path as given.
+        format: the resolved format.
+        file: the data file actually read (``corpus.jsonl`` inside a BEIR folder).
+        n_read: documents yielded so far in the current/last pass.
+        skipped_empty: empty documents skipped so far in the current/last pass.
+
+    Duplicate ids are detected while streaming, which keeps one ``id -> line`` entry per
+    document in memory for the duration of a pass.
+
+    Raises (at construction):
+        FileNotFoundError: ``path`` does not exist.
+        ConfigError: ``format`` or ``on_empty`` is not a recognised value.
+        CorpusFormatError: the format cannot be detected or does not fit ``path``.
+    """
+
+    def __init__(self, path: PathLike, format: str | None = None, on_empty: str = "skip") -> None:
+        if on_empty not in _ON_EMPTY:
+            raise ConfigError(f"on_empty must be one of {_ON_EMPTY}, got {on_empty!r}")
+        if format is not None and format not in CORPUS_FORMATS:
+            raise ConfigError(f"format must be one of {CORPUS_FORMATS} or None, got {format!r}")
+        self.path = Path(path)
+        if not self.path.exists():
+            raise FileNotFoundError(f"corpus not found: {self.path}")
+        self.format = format if format is not None else detect_corpus_format(self.path)
+        self.on_empty = on_empty
+        if self.format == "beir":
+            if not self.path.is_dir():
+                raise CorpusFormatError("format 'beir' needs a directory", path=str(self.path))
+            found = _beir_corpus_file(self.path)
+            if found is None:
+                raise CorpusFormatError(
+                    "BEIR folder has no corpus.jsonl or corpus.jsonl.gz", path=str(self.path)
+                )
+            self.file = found
+        else:
+            if self.path.is_dir():
+                raise CorpusFormatError(
+                    f"format {self.format!r} needs a file, got a directory", path=str(self.path)
+                )
+            self.file = self.path
+        self.n_read = 0
+        self.skipped_empty = 0
+
+    def __repr__(self) -> str:
+        return f"CorpusReader({str(self.path)!r}, format={self.format!r}, on_empty={self.on_empty!r})"
+
+    def __iter__(self) -> Iterator[Document]:
+        self.n_read = 0
+        self.skipped_empty = 0
+        parse = self._parse_tsv if self.format == "tsv" else self._parse_jsonl
+        seen: dict[str, int] = {}
+        first_empty: int | None = None
+        path = self.file
+        for lineno, text in _iter_lines(path):
+            if not text.strip():
+                continue
+            doc = parse(text, lineno)
+            if doc is None:  # header line
+                continue
+            prev = seen.get(doc.id)
+            if prev is not None:
+                raise _duplicate("document", doc.id, prev, path, lineno, "id")
+            seen[doc.id] = lineno
+            if not doc.title.strip() and not doc.text.strip():
+                if self.on_empty == "error":
+                    raise CorpusFormatError(
+                        f"document {doc.id!r} has empty title and text", path=str(path),
+                        line=lineno, field="text",
+                    )
+                self.skipped_empty += 1
+                if first_empty is None:
+                    first_empty = lineno
+                continue
+            self.n_read += 1
+            yield doc
+        if self.skipped_empty:
+            logger.warning(
+                "skipped %d empty documents in %s (first at line %d)",
+                self.skipped_empty, path, first_empty,
+            )
+        logger.debug("read %d documents from %s", self.n_read, path)
+
+    def _parse_jsonl(self, text: str, lineno: int) -> Document:
+        obj = _parse_json_object(text, self.file, lineno)
+        doc_id = _json_id(obj, self.file, lineno)
+        body = _json_str(obj, ("text", "contents"), self.file, lineno, required=True)
+        title = _json_str(obj, ("title",), self.file, lineno, required=False)
+        return Document(id=doc_id, text=body, title=title)
+
+    def _parse_tsv(self, text: str, lineno: int) -> Document | None:
+        cols = text.split("\t")
+        if len(cols) not in (2, 3):
+            raise CorpusFormatError(
+                f"expected 2 columns (id, text) or 3 columns (id, title, text), got {len(cols)}",
+                path=str(self.file), line=lineno,
+            )
+        doc_id = cols[0].strip()
+        if lineno == 1 and doc_id.lower() in _DOC_HEADER_IDS:
+            return None
+        if not doc_id:
+            raise CorpusFormatError("empty id", path=str(self.file), line=lineno, field="id")
+        if len(cols) == 2:
+            return Document(id=doc_id, text=cols[1])
+        return Document(id=doc_id, text=cols[2], title=cols[1])
+
+
+def iter_corpus(path: PathLike, format: str | None = None, *,
+                on_empty: str = "skip") -> Iterator[Document]:
+    """Stream the documents of a corpus; see :class:`CorpusReader` for formats and errors.
+
+    Use :class:`CorpusReader` directly to read ``skipped_empty`` / ``n_read`` afterwards.
+    """
+    return iter(CorpusReader(path, format=format, on_empty=on_empty))
+
+
+# --------------------------------------------------------------------------- queries and qrels
+
+
+def load_queries(path: PathLike) -> dict[str, str]:
+    """Load queries as ``{qid: text}`` from BEIR ``queries.jsonl`` or a ``qid<TAB>text`` TSV.
+
+    JSON Lines is used for ``.jsonl``/``.json`` names (optionally ``.gz``), TSV otherwise. A TSV
+    first line whose first column is a header name such as ``qid`` or ``query-id`` is skipped.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CorpusFormatError: malformed line, duplicate id, or empty query text.
+    """
+    p = _require_file(path, "queries")
+    is_json = _strip_gz(p).endswith((".jsonl", ".json"))
+    queries: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    for lineno, text in _iter_lines(p):
+        if not text.strip():
+            continue
+        if is_json:
+            obj = _parse_json_object(text, p, lineno)
+            qid = _json_id(obj, p, lineno)
+            qtext = _json_str(obj, ("text",), p, lineno, required=True)
+            field = "text"
+        else:
+            cols = text.split("\t")
+            if len(cols) != 2:
+                raise CorpusFormatError(
+                    f"expected 2 tab-separated columns (qid, text), got {len(cols)}",
+                    path=str(p), line=lineno,
+                )
+            qid, qtext = cols[0].strip(), cols[1]
+            if lineno == 1 and qid.lower() in _QUERY_HEADER_IDS:
+                continue
+            if not qid:
+                raise CorpusFormatError("empty query id", path=str(p), line=lineno, field="qid")
+            field = "text"
+        if not qtext.strip():
+            raise CorpusFormatError(f"query {qid!r} has empty text", path=str(p), line=lineno,
+                                    field=field)
+        if qid in lines:
+            raise _duplicate("query", qid, lines[qid], p, lineno, "id")
+        lines[qid] = lineno
+        queries[qid] = qtext
+    logger.debug("read %d queries from %s", len(queries), p)
+    return queries
+
+
+def _parse_int(value: str) -> int | None:
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
+    """Load relevance judgments as ``{qid: {docid: grade}}``.
+
+    Accepts whitespace-separated lines with either 3 columns (BEIR: ``query-id corpus-id score``)
+    or 4 columns (TREC: ``qid iteration docid grade``; MS MARCO ``qrels.*.tsv``). The column count
+    must be the same on every line. A first line whose last column is not an integer is taken as
+    a header and skipped. Grades are kept as given, including 0 and negatives. An exact repeated
+    judgment is ignored (with one warning); a conflicting repeat is an error.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        CorpusFormatError: wrong column count, non-integer grade, or conflicting duplicate.
+    """
+    p = _require_file(path, "qrels")
+    qrels: dict[str, dict[str, int]] = {}
+    where: dict[tuple[str, str], int] = {}
+    ncols: int | None = None
+    first_data = True
+    repeated = 0
+    for lineno, text in _iter_lines(p):
+        cols = text.split()
+        if not cols:
+            continue
+        if first_data:
+            first_data = False
+            if _parse_int(cols[-1]) is None:
+                logger.debug("treating line %d of %s as a header: %r", lineno, p, text)
+                continue
+        if len(cols) not in (3, 4):
+            raise CorpusFormatError(
+                f"expected 3 columns (query-id corpus-id score) or 4 columns "
+                f"(qid iteration docid grade), got {len(cols)}",
+                path=str(p), line=lineno,
+            )
+        if ncols is None:
+            ncols = len(cols)
+        elif len(cols) != ncols:
+            raise CorpusFormatError(
+                f"expected {ncols} columns like the earlier lines, got {len(cols)}",
+                path=str(p), line=lineno,
+            )
+        qid, docid = cols[0], cols[1] if ncols == 3 else cols[2]
+        grade = _parse_int(cols[-1])
+        if grade is None:
+            raise CorpusFormatError(
+                f"relevance grade must be an integer, got {cols[-1]!r}",
+                path=str(p), line=lineno, field="score",
+            )
+        key = (qid, docid)
+        docs = qrels.setdefault(qid, {})
+        if docid in docs:
+            if docs[docid] != grade:
+                raise CorpusFormatError(
+                    f"conflicting grades for query {qid!r}, document {docid!r}: "
+                    f"{docs[docid]} on line {where[key]} and {grade} on line {lineno}",
+                    path=str(p), line=lineno, field="score",
+                )
+            repeated += 1
+            continue
+        docs[docid] = grade
+        where[key] = lineno
+    if repeated:
+        logger.warning("ignored %d repeated judgments in %s", repeated, p)
+    logger.debug("read %d judgments for %d queries from %s", len(where), len(qrels), p)
+    return qrels
+
+
+def load_beir(folder: PathLike, split: str = "test"
+              ) -> tuple[CorpusReader, dict[str, str], dict[str, dict[str, int]]]:
+    """Open a BEIR folder: ``(corpus reader, queries, qrels for split)``.
+
+    Reads ``queries.jsonl`` (or ``.gz``) and ``qrels/<split>.tsv`` (or ``.gz``). All queries are
+    returned, including those without judgments; callers filter as needed. The corpus is not
+    read until the returned :class:`CorpusReader` is iterated.
+
+    Raises:
+        FileNotFoundError: the folder, its queries file or the split's qrels file is missing.
+        CorpusFormatError: as for :class:`CorpusReader`, :func:`load_queries`, :func:`load_qrels`.
+    """
+    root = Path(folder)
+    if not root.exists():
+        raise FileNotFoundError(f"BEIR folder not found: {root}")
+    if not root.is_dir():
+        raise CorpusFormatError("expected a BEIR folder, got a file", path=str(root))
+    corpus = CorpusReader(root, format="beir")
+    queries_file = next(
+        (root / n for n in ("queries.jsonl", "queries.jsonl.gz") if (root / n).is_file()), None
+    )
+    if queries_file is None:
+        raise FileNotFoundError(f"queries not found: {root / 'queries.jsonl'}")
+    qrels_file = next(
+        (root / "qrels" / n for n in (f"{split}.tsv", f"{split}.tsv.gz")
+         if (root / "qrels" / n).is_file()),
+        None,
+    )
+    if qrels_file is None:
+        qdir = root / "qrels"
+        available = sorted(
+            f.name.split(".")[0] for f in qdir.iterdir() if _strip_gz(f).endswith(".tsv")
+        ) if qdir.is_dir() else []
+        raise FileNotFoundError(
+            f"qrels not found: {qdir / (split + '.tsv')} (available splits: {available or 'none'})"
+        )
+    return corpus, load_queries(queries_file), load_qrels(qrels_file)
+
+
+# --------------------------------------------------------------------------- batching
+
+
+def iter_batches(iterable: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Yield consecutive lists of up to ``size`` items from ``iterable`` (the last may be shorter).
+
+    Raises:
+        ConfigError: ``size`` is not a positive integer.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"batch size must be a positive integer, got {size!r}")
+    return _batches(iter(iterable), size)
+
+
+def _batches(it: Iterator[T], size: int) -> Iterator[list[T]]:
+    while True:
+        batch = list(itertools.islice(it, size))
+        if not batch:
+            return
+        yield batch

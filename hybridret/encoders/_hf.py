@@ -1,0 +1,153 @@
+"""Running a Hugging Face transformer over many texts: tokenise once, sort by length, batch."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import EncoderError, ModelNotFoundError
+from ..models import resolve_model
+
+logger = logging.getLogger("hybridret.encoders")
+
+
+def pick_device(device: str | None) -> str:
+    """``None``/``"auto"`` picks CUDA when available, else the CPU."""
+    import torch
+
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise EncoderError(f"device {device!r} requested but CUDA is not available")
+    return str(device)
+
+
+def progress_enabled(show_progress: bool | None, total: int, batch_size: int) -> bool:
+    """Progress bars follow the log level unless asked for explicitly."""
+    if show_progress is not None:
+        return show_progress
+    return total > batch_size and logging.getLogger("hybridret").isEnabledFor(logging.INFO)
+
+
+class TransformerRunner:
+    """Owns a tokenizer and a model on a device, and streams length-sorted batches through it."""
+
+    def __init__(self, model_name: str, loader: str, *, device: str | None, max_length: int, dtype: str = "auto") -> None:
+        import torch
+        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+        if max_length < 8:
+            raise EncoderError(f"max_length must be at least 8, got {max_length}")
+        self.name = model_name
+        self.path = resolve_model(model_name)
+        self.device = pick_device(device)
+        self.max_length = int(max_length)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            cls = AutoModelForMaskedLM if loader == "mlm" else AutoModel
+            self.model = cls.from_pretrained(self.path)
+        except OSError as exc:  # transformers raises OSError for missing/unreachable models
+            raise ModelNotFoundError(f"could not load model {model_name!r} from {self.path}: {exc}") from exc
+        except ValueError as exc:
+            raise EncoderError(f"model {model_name!r} cannot be loaded as {loader}: {exc}") from exc
+        self.model.eval()
+        self.model.to(self.device)
+        # fp16 on GPU halves memory and doubles throughput; CPU stays float32.
+        self.autocast_dtype = None
+        if dtype == "auto" and self.device.startswith("cuda"):
+            self.autocast_dtype = torch.float16
+        elif dtype in ("float16", "bfloat16"):
+            self.autocast_dtype = getattr(torch, dtype)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.special_ids = set(self.tokenizer.all_special_ids)
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
+        """Token ids per text, cut to ``max_length`` (keeping the closing special token); also the
+        number of texts that were cut."""
+        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=self.max_length + 1)
+        ids_list: list[list[int]] = enc["input_ids"]
+        cut = 0
+        limit = self.max_length
+        for i, ids in enumerate(ids_list):
+            if len(ids) > limit:
+                cut += 1
+                ids_list[i] = ids[: limit - 1] + ids[-1:] if ids[-1] in self.special_ids else ids[:limit]
+        return ids_list, cut
+
+    def batches(
+        self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None
+    ) -> Iterator[tuple[np.ndarray, Any, Any]]:
+        """Yield ``(positions, input_ids, attention_mask)`` for length-sorted batches on the device."""
+        import torch
+        from tqdm.auto import tqdm
+
+        if batch_size < 1:
+            raise EncoderError(f"batch_size must be positive, got {batch_size}")
+        ids_list, cut = self.tokenize(texts)
+        if cut:
+            logger.info("%s: truncated %d of %d texts to %d tokens", self.name, cut, len(texts), self.max_length)
+        lengths = np.fromiter((len(x) for x in ids_list), dtype=np.int64, count=len(ids_list))
+        order = np.argsort(-lengths, kind="stable")
+        bar = tqdm(
+            total=len(texts), desc=desc, unit="text", disable=not progress_enabled(show_progress, len(texts), batch_size)
+        )
+        try:
+            for start in range(0, len(order), batch_size):
+                pos = order[start : start + batch_size]
+                width = int(lengths[pos].max())
+                input_ids = np.full((len(pos), width), self.pad_id, dtype=np.int64)
+                mask = np.zeros((len(pos), width), dtype=np.int64)
+                for row, p in enumerate(pos):
+                    n = lengths[p]
+                    input_ids[row, :n] = ids_list[p]
+                    mask[row, :n] = 1
+                yield pos, torch.from_numpy(input_ids).to(self.device), torch.from_numpy(mask).to(self.device)
+                bar.update(len(pos))
+        finally:
+            bar.close()
+
+    def run(
+        self,
+        texts: Sequence[str],
+        batch_size: int,
+        step: Callable[[Any, Any], tuple[Any, ...]],
+        *,
+        desc: str,
+        show_progress: bool | None,
+    ) -> list[tuple[np.ndarray, tuple[Any, ...]]]:
+        """Apply ``step(input_ids, attention_mask)`` to every batch under inference mode."""
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for pos, ids, mask in self.batches(texts, batch_size, desc=desc, show_progress=show_progress):
+                if self.autocast_dtype is not None:
+                    with torch.autocast(device_type="cuda", dtype=self.autocast_dtype):
+                        res = step(ids, mask)
+                else:
+                    res = step(ids, mask)
+                out.append((pos, res))
+        return out
+
+
+def mean_pool(hidden: Any, mask: Any) -> Any:
+    """Mean of token states over the attention mask."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+
+
+POOLINGS = ("mean", "cls")
+
+
+def check_pooling(pooling: str) -> None:
+    if pooling not in POOLINGS:
+        raise EncoderError(f"unknown pooling {pooling!r}; expected one of {', '.join(POOLINGS)}")
+
+
+def pool(hidden: Any, mask: Any, pooling: str) -> Any:
+    """Pool token states ``(B, L, H)`` into one vector per text."""
+    check_pooling(pooling)
+    return mean_pool(hidden, mask) if pooling == "mean" else hidden[:, 0]

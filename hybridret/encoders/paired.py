@@ -1,0 +1,51 @@
+"""Paired hybrid encoder: a dense model and a sparse model side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .base import EncodedBatch, Encoder
+from .dense import DenseEncoder
+from .splade import SpladeEncoder
+
+__all__ = ["PairedEncoder"]
+
+
+class PairedEncoder(Encoder):
+    """Runs a :class:`DenseEncoder` and a :class:`SpladeEncoder` on the same texts."""
+
+    def __init__(self, dense: DenseEncoder, sparse: SpladeEncoder) -> None:
+        self.dense = dense
+        self.sparse = sparse
+        self.dense_dim = dense.dense_dim
+        self.vocab = sparse.vocab
+
+    @classmethod
+    def from_names(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
+                   device: str | None = None, **kwargs: Any) -> PairedEncoder:
+        """Build from two model names (``None`` = the packaged defaults)."""
+        dense_kw = {"device": device, **kwargs}
+        sparse_kw = {"device": device, **kwargs}
+        dense = DenseEncoder(dense_model, **dense_kw) if dense_model else DenseEncoder(**dense_kw)
+        sparse = SpladeEncoder(sparse_model, **sparse_kw) if sparse_model else SpladeEncoder(**sparse_kw)
+        return cls(dense, sparse)
+
+    @property
+    def sparse_tokenizer(self) -> Any:
+        return self.sparse.runner.tokenizer
+
+    def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,
+                       show_progress: bool | None = None) -> EncodedBatch:
+        d = self.dense.encode_queries(texts, batch_size=batch_size, show_progress=show_progress)
+        s = self.sparse.encode_queries(texts, batch_size=batch_size, show_progress=show_progress)
+        return EncodedBatch(dense=d.dense, sparse=s.sparse)
+
+    def encode_documents(self, texts: Sequence[str], *, batch_size: int | None = None,
+                         show_progress: bool | None = None) -> EncodedBatch:
+        d = self.dense.encode_documents(texts, batch_size=batch_size, show_progress=show_progress)
+        s = self.sparse.encode_documents(texts, batch_size=batch_size, show_progress=show_progress)
+        return EncodedBatch(dense=d.dense, sparse=s.sparse)
+
+    def config(self) -> dict[str, Any]:
+        return {"type": "paired", "dense": self.dense.config(), "sparse": self.sparse.config()}

@@ -1,0 +1,155 @@
+"""SPLADE-style learned sparse encoder: MLM logits -> max over tokens -> log(1 + ReLU)."""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import EncoderError
+from ..models import DEFAULT_SPARSE_MODEL
+from ._hf import TransformerRunner
+from .base import EncodedBatch, Encoder
+
+__all__ = ["SpladeEncoder", "sparse_vocab_mask", "splade_weights"]
+
+
+def _is_punctuation(token: str) -> bool:
+    core = token[2:] if token.startswith("##") else token
+    return bool(core) and all(unicodedata.category(ch).startswith(("P", "S")) for ch in core)
+
+
+def sparse_vocab_mask(tokenizer: Any) -> np.ndarray:
+    """Boolean mask over the vocabulary: ``True`` for tokens allowed in sparse vectors.
+
+    Special tokens, ``[unused*]`` slots and pure punctuation/symbol tokens are masked out: they
+    carry no lexical meaning and would only bloat the index.
+    """
+    vocab = tokenizer.get_vocab()
+    size = max(len(tokenizer), max(vocab.values()) + 1)
+    keep = np.ones(size, dtype=bool)
+    special = set(tokenizer.all_special_ids)
+    for token, idx in vocab.items():
+        if idx in special or (token.startswith("[") and token.endswith("]")) or _is_punctuation(token):
+            keep[idx] = False
+    return keep
+
+
+def vocab_list(tokenizer: Any, size: int) -> list[str]:
+    vocab = [""] * size
+    for token, idx in tokenizer.get_vocab().items():
+        if idx < size:
+            vocab[idx] = token
+    return vocab
+
+
+def splade_weights(logits: Any, mask: Any, keep: Any, top_k: int | None = None) -> Any:
+    """Pool MLM logits ``(B, L, V)`` into SPLADE weights ``(B, V)``.
+
+    ``max_L log(1 + relu(x)) == log(1 + relu(max_L x))`` because both maps are monotone, so the max is
+    taken first on the raw logits (one ``(B, V)`` transform instead of ``(B, L, V)``). Padding
+    positions are set to 0 in place, which cannot change the result after the ReLU.
+    """
+    import torch
+
+    logits.masked_fill_(~mask.bool().unsqueeze(-1), 0.0)
+    pooled = logits.max(dim=1).values.float()
+    weights = torch.log1p(torch.relu(pooled)) * keep
+    if top_k is not None and top_k < weights.shape[1]:
+        vals, idx = torch.topk(weights, top_k, dim=1)
+        weights = torch.zeros_like(weights).scatter_(1, idx, vals)
+    return weights
+
+
+def to_csr(weights: Any) -> sp.csr_matrix:
+    """Dense ``(B, V)`` torch weights -> float32 CSR with sorted indices and no explicit zeros."""
+    w = weights.detach().to("cpu").numpy().astype(np.float32, copy=False)
+    return sp.csr_matrix(w)
+
+
+def assemble_sparse(parts: list[tuple[np.ndarray, sp.csr_matrix]], n: int, vocab_size: int) -> sp.csr_matrix:
+    """Put length-sorted batch outputs back in input order."""
+    if not parts:
+        return sp.csr_matrix((n, vocab_size), dtype=np.float32)
+    positions = np.concatenate([p for p, _ in parts])
+    stacked = sp.vstack([m for _, m in parts], format="csr")
+    inverse = np.empty_like(positions)
+    inverse[positions] = np.arange(len(positions))
+    out = stacked[inverse]
+    out.sort_indices()
+    return out.astype(np.float32)
+
+
+class SpladeEncoder(Encoder):
+    """Sparse-only encoder around any masked-language model (default: SPLADE-tiny, packaged).
+
+    ``doc_top_k`` / ``query_top_k`` optionally keep only the k heaviest terms per text.
+    """
+
+    def __init__(
+        self,
+        model: str = DEFAULT_SPARSE_MODEL,
+        *,
+        max_length: int = 256,
+        doc_top_k: int | None = None,
+        query_top_k: int | None = None,
+        batch_size: int = 32,
+        device: str | None = None,
+    ) -> None:
+        import torch
+
+        for name, value in (("doc_top_k", doc_top_k), ("query_top_k", query_top_k)):
+            if value is not None and value < 1:
+                raise EncoderError(f"{name} must be positive or None, got {value}")
+        self.model_name = model
+        self.runner = TransformerRunner(model, "mlm", device=device, max_length=max_length)
+        self.doc_top_k = doc_top_k
+        self.query_top_k = query_top_k
+        self.batch_size = batch_size
+        keep = sparse_vocab_mask(self.runner.tokenizer)
+        out_size = self.runner.model.get_output_embeddings().weight.shape[0]
+        if keep.shape[0] < out_size:
+            keep = np.concatenate([keep, np.zeros(out_size - keep.shape[0], dtype=bool)])
+        keep = keep[:out_size]
+        self.keep = torch.from_numpy(keep.astype(np.float32)).to(self.runner.device)
+        self.vocab = vocab_list(self.runner.tokenizer, out_size)
+        self.dense_dim = None
+
+    @property
+    def device(self) -> str:
+        return self.runner.device
+
+    def _encode(self, texts: Sequence[str], top_k: int | None, batch_size: int | None, show_progress: bool | None,
+                desc: str) -> sp.csr_matrix:
+        model = self.runner.model
+
+        def step(ids: Any, mask: Any) -> tuple[Any, ...]:
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            return (to_csr(splade_weights(logits, mask, self.keep, top_k)),)
+
+        parts = self.runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
+        return assemble_sparse([(p, r[0]) for p, r in parts], len(texts), len(self.vocab))
+
+    @property
+    def sparse_tokenizer(self) -> Any:
+        return self.runner.tokenizer
+
+    def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,
+                       show_progress: bool | None = None) -> EncodedBatch:
+        return EncodedBatch(sparse=self._encode(texts, self.query_top_k, batch_size, show_progress, "sparse queries"))
+
+    def encode_documents(self, texts: Sequence[str], *, batch_size: int | None = None,
+                         show_progress: bool | None = None) -> EncodedBatch:
+        return EncodedBatch(sparse=self._encode(texts, self.doc_top_k, batch_size, show_progress, "sparse docs"))
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "type": "splade",
+            "model": self.model_name,
+            "max_length": self.runner.max_length,
+            "doc_top_k": self.doc_top_k,
+            "query_top_k": self.query_top_k,
+        }

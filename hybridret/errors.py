@@ -1,0 +1,72 @@
+"""One exception hierarchy for everything hybridret raises on purpose.
+
+Catch :class:`HybridRetError` to handle any of them; the subclasses say what went wrong.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "CorpusFormatError",
+    "EncoderError",
+    "HybridRetError",
+    "IndexExistsError",
+    "IndexFormatError",
+    "IndexNotFoundError",
+    "ModelNotFoundError",
+]
+
+
+class HybridRetError(Exception):
+    """Base class of every error hybridret raises deliberately."""
+
+
+class ConfigError(HybridRetError, ValueError):
+    """An argument or configuration value is invalid."""
+
+
+class CorpusFormatError(HybridRetError, ValueError):
+    """Input data (corpus, queries, qrels) is malformed.
+
+    The message names the file, the line number and the field where known; the same facts are
+    available as the attributes ``path``, ``line`` and ``field``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ) -> None:
+        where = ""
+        if path is not None:
+            where = f"{path}"
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        super().__init__(f"{where}{message}")
+        self.path = path
+        self.line = line
+        self.field = field
+
+
+class ModelNotFoundError(HybridRetError, FileNotFoundError):
+    """A model name could not be resolved to packaged weights, a local folder or a Hub id."""
+
+
+class EncoderError(HybridRetError):
+    """An encoder could not be built or used (wrong architecture, bad checkpoint, ...)."""
+
+
+class IndexNotFoundError(HybridRetError, FileNotFoundError):
+    """No index exists at the given directory."""
+
+
+class IndexFormatError(HybridRetError):
+    """An index directory exists but is corrupt, inconsistent, or of a newer format."""
+
+
+class IndexExistsError(HybridRetError, FileExistsError):
+    """Refused to write over an existing index without ``overwrite=True``."""

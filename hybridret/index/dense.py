@@ -1,0 +1,216 @@
+"""Dense vectors: a FAISS index from a factory string, beside an exact vector store.
+
+``vectors.npy`` holds every document vector (float32, memory-mapped), so any candidate can be
+re-scored exactly whatever the FAISS index type (HNSW, IVF-PQ, ...). For ``"Flat"`` the FAISS index
+is rebuilt from the vectors on load instead of being stored twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, IndexFormatError
+from .storage import NpyAppender, atomic_write_json, load_npy, read_json
+
+__all__ = ["DenseIndex", "DenseIndexBuilder", "gpu_available"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "hybridret-dense-v1"
+_METRICS = ("ip", "l2")
+_TRAIN_SAMPLE = 262_144
+_ADD_CHUNK = 65_536
+
+
+def gpu_available() -> bool:
+    """True when the installed FAISS has GPU support and sees at least one GPU."""
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def _metric(metric: str) -> int:
+    import faiss
+
+    if metric not in _METRICS:
+        raise ConfigError(f"unknown metric {metric!r}; expected 'ip' (inner product) or 'l2'")
+    return faiss.METRIC_INNER_PRODUCT if metric == "ip" else faiss.METRIC_L2
+
+
+def _make_index(dim: int, factory: str, metric: str) -> Any:
+    import faiss
+
+    try:
+        return faiss.index_factory(int(dim), factory, _metric(metric))
+    except RuntimeError as exc:
+        raise ConfigError(f"invalid FAISS factory string {factory!r}: {str(exc).strip().splitlines()[-1]}") from exc
+
+
+class DenseIndexBuilder:
+    """Streams vectors to disk; :meth:`close` builds the FAISS index. Use :meth:`DenseIndex.create`."""
+
+    def __init__(self, root: Path, dim: int, factory: str, metric: str, seed: int) -> None:
+        _make_index(dim, factory, metric)  # fail fast on a bad factory string
+        self.root = root
+        self.dim = int(dim)
+        self.factory = factory
+        self.metric = metric
+        self.seed = seed
+        self.vectors = NpyAppender(root / "vectors.npy", np.float32, (self.dim,))
+
+    def add(self, vectors: np.ndarray) -> None:
+        v = np.asarray(vectors, dtype=np.float32)
+        if v.ndim != 2 or v.shape[1] != self.dim:
+            raise ConfigError(f"expected vectors of shape (n, {self.dim}), got {v.shape}")
+        if not np.isfinite(v).all():
+            raise ConfigError("dense vectors contain NaN or infinity")
+        self.vectors.append(v)
+
+    def close(self) -> None:
+        import faiss
+
+        self.vectors.close()
+        vectors = load_npy(self.root / "vectors.npy")
+        if self.factory != "Flat":
+            index = _make_index(self.dim, self.factory, self.metric)
+            if not index.is_trained:
+                n = vectors.shape[0]
+                rng = np.random.default_rng(self.seed)
+                sample = np.sort(rng.choice(n, size=min(n, _TRAIN_SAMPLE), replace=False))
+                logger.info("training FAISS %s on %d vectors", self.factory, len(sample))
+                try:
+                    index.train(np.ascontiguousarray(vectors[sample]))
+                except RuntimeError as exc:
+                    raise ConfigError(
+                        f"FAISS {self.factory!r} could not be trained on {len(sample)} vectors "
+                        f"(IVF needs ~39 vectors per list): {str(exc).strip().splitlines()[-1]}"
+                    ) from exc
+            for start in range(0, vectors.shape[0], _ADD_CHUNK):
+                index.add(np.ascontiguousarray(vectors[start : start + _ADD_CHUNK]))
+            faiss.write_index(index, str(self.root / "index.faiss"))
+        atomic_write_json(self.root / "meta.json", {
+            "format": FORMAT, "num_docs": int(vectors.shape[0]), "dim": self.dim,
+            "factory": self.factory, "metric": self.metric,
+        })
+
+    def abort(self) -> None:
+        self.vectors.abort()
+
+
+class DenseIndex:
+    """FAISS search plus exact re-scoring from the stored vectors."""
+
+    def __init__(self, root: str | Path, *, device: str | None = None, search_params: str | None = None) -> None:
+        import faiss
+
+        self.root = Path(root)
+        meta = read_json(self.root / "meta.json")
+        if meta.get("format") != FORMAT:
+            raise IndexFormatError(f"{self.root}: unsupported dense index format {meta.get('format')!r}")
+        self.meta = meta
+        self.factory = str(meta["factory"])
+        self.metric = str(meta["metric"])
+        self.vectors = load_npy(self.root / "vectors.npy")
+        if self.vectors.shape != (int(meta["num_docs"]), int(meta["dim"])):
+            raise IndexFormatError(f"{self.root}: vectors.npy has shape {self.vectors.shape}, meta.json says "
+                                   f"({meta['num_docs']}, {meta['dim']})")
+        if self.factory == "Flat":
+            index = _make_index(self.dim, "Flat", self.metric)
+            for start in range(0, self.num_docs, _ADD_CHUNK):
+                index.add(np.ascontiguousarray(self.vectors[start : start + _ADD_CHUNK]))
+        else:
+            path = self.root / "index.faiss"
+            if not path.is_file():
+                raise IndexFormatError(f"missing index file {path}")
+            try:
+                index = faiss.read_index(str(path))
+            except RuntimeError as exc:
+                raise IndexFormatError(f"corrupt FAISS index {path}: {exc}") from exc
+            if index.ntotal != self.num_docs:
+                raise IndexFormatError(f"{path} holds {index.ntotal} vectors, meta.json says {self.num_docs}")
+        self.device = "cpu"
+        if device != "cpu" and gpu_available():
+            try:
+                self._gpu_res = faiss.StandardGpuResources()
+                index = faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
+                self.device = "cuda"
+            except RuntimeError as exc:  # e.g. HNSW has no GPU implementation
+                logger.info("FAISS %s stays on the CPU: %s", self.factory, str(exc).strip().splitlines()[-1])
+        elif device not in (None, "auto", "cpu"):
+            raise ConfigError(f"device {device!r} requested but FAISS has no usable GPU")
+        self.index = index
+        if search_params:
+            self.set_search_params(search_params)
+
+    @staticmethod
+    def create(root: str | Path, dim: int, *, factory: str = "Flat", metric: str = "ip", seed: int = 0) -> DenseIndexBuilder:
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        return DenseIndexBuilder(root, dim, factory, metric, seed)
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.vectors.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def set_search_params(self, params: str) -> None:
+        """FAISS run-time parameters, e.g. ``"nprobe=32"`` or ``"efSearch=128"``."""
+        import faiss
+
+        try:
+            if self.device == "cuda":
+                faiss.GpuParameterSpace().set_index_parameters(self.index, params)
+            else:
+                faiss.ParameterSpace().set_index_parameters(self.index, params)
+        except RuntimeError as exc:
+            raise ConfigError(f"invalid FAISS search parameters {params!r} for {self.factory}: {exc}") from exc
+
+    def _check(self, queries: np.ndarray) -> np.ndarray:
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        if q.ndim != 2 or q.shape[1] != self.dim:
+            raise ConfigError(f"expected query vectors of shape (n, {self.dim}), got {q.shape}")
+        return q
+
+    def score(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Exact scores (inner product, or negative squared L2) of queries with documents ``rows``."""
+        q = self._check(queries)
+        rows = np.asarray(rows, dtype=np.int64)
+        safe = np.where(rows >= 0, rows, 0)
+        docs = self.vectors[safe.ravel()].reshape(*rows.shape, self.dim)
+        if self.metric == "ip":
+            out = np.einsum("nd,nkd->nk", q, docs)
+        else:
+            out = -((docs - q[:, None, :]) ** 2).sum(-1)
+        return np.where(rows >= 0, out, -np.inf).astype(np.float32)
+
+    def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows and scores ``(nq, k)``, ``-1``/``-inf`` padded. With ``rescore`` (default) the
+        FAISS candidates are re-scored exactly and re-sorted (matters for PQ and other lossy codes)."""
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
+        q = self._check(queries)
+        if len(q) == 0:
+            return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
+        scores, rows = self.index.search(q, min(k, max(1, self.num_docs)))
+        rows = rows.astype(np.int64)
+        if rows.shape[1] < k:
+            pad = k - rows.shape[1]
+            rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
+        if rescore and self.factory != "Flat":
+            scores = self.score(q, rows)
+            order = np.argsort(-scores, axis=1, kind="stable")
+            rows = np.take_along_axis(rows, order, axis=1)
+            scores = np.take_along_axis(scores, order, axis=1)
+        else:
+            scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
+            if self.metric == "l2":
+                scores = -scores
+        scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
+        return rows, scores

@@ -1,0 +1,406 @@
+"""Learned-sparse and BM25 retrieval on one tantivy index, with exact top-k.
+
+tantivy-py scores only BM25, so learned weights are encoded so that a plain boolean query of
+constant-score clauses computes a *quantised* dot product that is never below the exact one:
+
+* every document weight ``w`` becomes an integer level ``L = ceil(w / step)`` (``bits`` bits);
+* the document gets one token ``"{term}_{j}"`` per set bit ``j`` of ``L`` (bit-plane encoding);
+* a query term of weight ``q`` becomes one clause per bit plane ``j`` present in the index for that
+  term, worth ``q * step * 2**j``; the clauses a document matches add up to ``q * step * L >= q * w``.
+
+So tantivy's score ``S(d)`` is an upper bound of the exact score ``s(d) = q . d``. Fetch tantivy's
+top ``N``, re-score them exactly from the forward store (CSR rows on disk), and the exact top-k is
+proven when the k-th exact score is at least ``S`` of the N-th hit: every document not fetched has
+``s(d) <= S(d) <= S_N``. Otherwise ``N`` grows until the proof holds (or every match was fetched).
+Per query term only the bit planes that exist are queried: ``bits`` clauses at most, instead of one
+per weight bucket.
+
+The same index holds a ``text`` field (English stemming, stop words) for plain BM25.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import ConfigError, IndexFormatError
+from .storage import NpyAppender, atomic_write_json, load_npy, read_json
+
+__all__ = ["SparseIndex", "SparseIndexBuilder", "SparseSearchStats"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "hybridret-sparse-v1"
+BM25_TOKENIZER = "hybridret_en"
+_REL_TOL = 1e-5  # float32 summation slack in tantivy's scores
+_ABS_TOL = 1e-6
+
+
+def _bm25_analyzer() -> Any:
+    import tantivy
+
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.remove_long(40))
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.stopword("english"))
+        .filter(tantivy.Filter.stemmer("english"))
+        .build()
+    )
+
+
+def _schema() -> Any:
+    import tantivy
+
+    sb = tantivy.SchemaBuilder()
+    sb.add_unsigned_field("row", stored=False, indexed=True, fast=True)
+    sb.add_text_field("sparse", stored=False, tokenizer_name="whitespace", index_option="basic")
+    sb.add_text_field("text", stored=False, tokenizer_name=BM25_TOKENIZER, index_option="freq")
+    return sb.build()
+
+
+def _token_table(vocab_size: int, bits: int) -> np.ndarray:
+    """Token string for (term, bit) at position ``term * bits + bit``."""
+    return np.array([f"{t}_{j}" for t in range(vocab_size) for j in range(bits)], dtype=object)
+
+
+@dataclass
+class SparseSearchStats:
+    """How much work the exact top-k needed on the last :meth:`SparseIndex.search` call."""
+
+    queries: int = 0
+    fetched: list[int] = field(default_factory=list)  # final tantivy depth per query
+    rounds: list[int] = field(default_factory=list)  # tantivy searches per query
+    brute_force: int = 0  # queries that fell back to scoring every document
+
+
+class SparseIndexBuilder:
+    """Streams documents into a new sparse index directory. Use :meth:`SparseIndex.create`."""
+
+    def __init__(self, root: Path, vocab_size: int, *, bits: int, max_weight: float, bm25: bool,
+                 heap_size: int, threads: int | None) -> None:
+        import tantivy
+
+        self.root = root
+        self.vocab_size = int(vocab_size)
+        self.bits = int(bits)
+        self.step = float(max_weight) / (2**bits - 1)
+        self.bm25 = bm25
+        (root / "tantivy").mkdir(parents=True, exist_ok=False)
+        self.index = tantivy.Index(_schema(), path=str(root / "tantivy"))
+        self.index.register_tokenizer(BM25_TOKENIZER, _bm25_analyzer())
+        self.writer = self.index.writer(heap_size=heap_size, num_threads=threads or 0)
+        self.tokens = _token_table(self.vocab_size, self.bits)
+        self.planes = np.zeros(self.vocab_size, dtype=np.uint32)  # bitmask of bit planes present per term
+        self.overflow = np.zeros(self.vocab_size, dtype=np.float32)  # weight above the top level, per term
+        self.df = np.zeros(self.vocab_size, dtype=np.int64)
+        self.indptr = NpyAppender(root / "forward.indptr.npy", np.int64)
+        self.indptr.append(np.zeros(1, dtype=np.int64))
+        self.indices = NpyAppender(root / "forward.indices.npy", np.int32)
+        self.data = NpyAppender(root / "forward.data.npy", np.float32)
+        self.rows = 0
+        self.nnz = 0
+
+    def add(self, weights: sp.csr_matrix, texts: Sequence[str] | None = None) -> None:
+        """Add documents: one CSR row of term weights each, plus their text for BM25."""
+        import tantivy
+
+        w = sp.csr_matrix(weights, dtype=np.float32)
+        if w.shape[1] != self.vocab_size:
+            raise ConfigError(f"sparse vectors have {w.shape[1]} columns, the index vocabulary has {self.vocab_size}")
+        if texts is not None and len(texts) != w.shape[0]:
+            raise ConfigError(f"{w.shape[0]} sparse rows but {len(texts)} texts")
+        w.sum_duplicates()
+        w.eliminate_zeros()
+        w.sort_indices()
+        if w.nnz and float(w.data.min()) < 0:
+            raise ConfigError("document sparse weights must be non-negative")
+        top = 2**self.bits - 1
+        levels = np.ceil(w.data / self.step)
+        over = w.data - top * self.step
+        if np.any(over > 0):
+            np.maximum.at(self.overflow, w.indices[over > 0], over[over > 0])
+        levels = np.clip(levels, 1, top).astype(np.uint32)
+        planes = (levels[:, None] >> np.arange(self.bits, dtype=np.uint32)) & 1  # (nnz, bits)
+        np.bitwise_or.at(self.planes, w.indices, levels)
+        self.df += np.bincount(w.indices, minlength=self.vocab_size)
+        entry, plane = np.nonzero(planes)
+        token_ids = w.indices[entry].astype(np.int64) * self.bits + plane
+        token_strs = self.tokens[token_ids]
+        # bounds of each document's tokens in token_strs (entries are row-major, so rows stay contiguous)
+        bounds = np.searchsorted(entry, w.indptr)
+        for i in range(w.shape[0]):
+            doc = tantivy.Document()
+            doc.add_unsigned("row", self.rows + i)
+            lo, hi = bounds[i], bounds[i + 1]
+            if hi > lo:
+                doc.add_text("sparse", " ".join(token_strs[lo:hi]))
+            if self.bm25 and texts is not None:
+                doc.add_text("text", texts[i])
+            self.writer.add_document(doc)
+        self.indptr.append(w.indptr[1:].astype(np.int64) + self.nnz)
+        self.indices.append(w.indices)
+        self.data.append(w.data)
+        self.rows += w.shape[0]
+        self.nnz += w.nnz
+
+    def close(self) -> None:
+        """Commit tantivy, finish the forward store and write ``meta.json``."""
+        self.writer.commit()
+        self.writer.wait_merging_threads()
+        for f in (self.indptr, self.indices, self.data):
+            f.close()
+        np.save(self.root / "planes.npy", self.planes)
+        np.save(self.root / "overflow.npy", self.overflow)
+        np.save(self.root / "df.npy", self.df)
+        atomic_write_json(self.root / "meta.json", {
+            "format": FORMAT, "num_docs": self.rows, "nnz": self.nnz, "vocab_size": self.vocab_size,
+            "bits": self.bits, "step": self.step, "bm25": self.bm25,
+            "overflow_terms": int(np.count_nonzero(self.overflow)),
+        })
+        if np.any(self.overflow):
+            logger.warning("%d terms had weights above the top quantisation level; exactness still holds but "
+                           "searches may fetch deeper (raise max_weight)", int(np.count_nonzero(self.overflow)))
+
+    def abort(self) -> None:
+        for f in (self.indptr, self.indices, self.data):
+            f.abort()
+
+
+class SparseIndex:
+    """Exact learned-sparse top-k and BM25 over one directory (see the module docstring)."""
+
+    def __init__(self, root: str | Path) -> None:
+        import tantivy
+
+        self.root = Path(root)
+        meta = read_json(self.root / "meta.json")
+        if meta.get("format") != FORMAT:
+            raise IndexFormatError(f"{self.root}: unsupported sparse index format {meta.get('format')!r}")
+        self.meta = meta
+        self.bits = int(meta["bits"])
+        self.step = float(meta["step"])
+        self.vocab_size = int(meta["vocab_size"])
+        indptr = load_npy(self.root / "forward.indptr.npy")
+        indices = load_npy(self.root / "forward.indices.npy")
+        data = load_npy(self.root / "forward.data.npy")
+        n = int(meta["num_docs"])
+        if indptr.shape[0] != n + 1 or indices.shape[0] != int(meta["nnz"]) or data.shape[0] != indices.shape[0]:
+            raise IndexFormatError(f"{self.root}: forward store does not match meta.json (truncated write?)")
+        self.forward = sp.csr_matrix((data, indices, indptr), shape=(n, self.vocab_size), copy=False)
+        self.planes = load_npy(self.root / "planes.npy", mmap=False)
+        self.overflow = load_npy(self.root / "overflow.npy", mmap=False)
+        self.df = load_npy(self.root / "df.npy", mmap=False)
+        try:
+            self.index = tantivy.Index.open(str(self.root / "tantivy"))
+        except ValueError as exc:
+            raise IndexFormatError(f"{self.root / 'tantivy'}: cannot open tantivy index: {exc}") from exc
+        self.index.register_tokenizer(BM25_TOKENIZER, _bm25_analyzer())
+        self.schema = self.index.schema
+        self.searcher = self.index.searcher()
+        if self.searcher.num_docs != n:
+            raise IndexFormatError(f"{self.root}: tantivy holds {self.searcher.num_docs} documents, meta.json says {n}")
+        self.analyzer = _bm25_analyzer()
+        self.last_stats = SparseSearchStats()
+
+    # -- construction -------------------------------------------------------------------------
+    @staticmethod
+    def create(root: str | Path, vocab_size: int, *, bits: int = 8, max_weight: float = 5.0, bm25: bool = True,
+               heap_size: int = 256_000_000, threads: int | None = None) -> SparseIndexBuilder:
+        """Start a new index in the empty or absent directory ``root``."""
+        if not 2 <= bits <= 16:
+            raise ConfigError(f"bits must be between 2 and 16, got {bits}")
+        if max_weight <= 0:
+            raise ConfigError(f"max_weight must be positive, got {max_weight}")
+        root = Path(root)
+        root.mkdir(parents=True, exist_ok=True)
+        return SparseIndexBuilder(root, vocab_size, bits=bits, max_weight=max_weight, bm25=bm25,
+                                  heap_size=heap_size, threads=threads)
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.forward.shape[0])
+
+    # -- learned sparse -------------------------------------------------------------------------
+    def score(self, queries: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
+        """Exact dot products of each query with the documents ``rows[i]`` (``-1`` = none -> 0)."""
+        q = sp.csr_matrix(queries, dtype=np.float32)
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros(rows.shape, dtype=np.float32)
+        for i in range(rows.shape[0]):
+            valid = rows[i] >= 0
+            if valid.any():
+                out[i, valid] = (self.forward[rows[i, valid]] @ q[i].T).toarray().ravel()
+        return out
+
+    def _clauses(self, q_idx: np.ndarray, q_val: np.ndarray) -> tuple[Any, float]:
+        import tantivy
+
+        Query, Should = tantivy.Query, tantivy.Occur.Should
+        clauses = []
+        for t, v in zip(q_idx.tolist(), q_val.tolist()):
+            mask = int(self.planes[t])
+            j = 0
+            while mask:
+                if mask & 1:
+                    term = Query.term_query(self.schema, "sparse", f"{t}_{j}", index_option="basic")
+                    clauses.append((Should, Query.const_score_query(term, v * self.step * (1 << j))))
+                mask >>= 1
+                j += 1
+        slack = float(np.dot(q_val, self.overflow[q_idx])) if len(q_idx) else 0.0
+        return (Query.boolean_query(clauses) if clauses else None), slack
+
+    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
+        q_idx, q_val = q.indices, q.data.astype(np.float64)
+        keep = q_val > 0
+        q_idx, q_val = q_idx[keep], q_val[keep]
+        query, slack = self._clauses(q_idx, q_val)
+        empty = (np.full(k, -1, dtype=np.int64), np.full(k, -np.inf, dtype=np.float32), 0, 0, False)
+        if query is None:
+            return empty
+        dense_q = np.zeros(self.vocab_size, dtype=np.float32)
+        dense_q[q_idx] = q_val
+        rounds = 0
+        while True:
+            rounds += 1
+            hits = self.searcher.search(query, depth, count=False).hits
+            if not hits:
+                return empty[0], empty[1], 0, rounds, False
+            rows = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
+            exact = self.forward[rows] @ dense_q
+            complete = len(hits) < depth
+            order = np.lexsort((rows, -exact))[:k]
+            if complete or len(order) < k:
+                proven = complete
+            else:
+                bound = hits[-1][0] * (1 + _REL_TOL) + slack + _ABS_TOL
+                proven = bool(exact[order[k - 1]] >= bound)
+            if proven:
+                break
+            if depth >= max_depth:
+                return (*self._brute_force(dense_q, k), depth, rounds, True)
+            depth = min(depth * 4, max_depth)
+        out_rows = np.full(k, -1, dtype=np.int64)
+        out_scores = np.full(k, -np.inf, dtype=np.float32)
+        pos = exact[order] > 0
+        n = int(pos.sum())
+        out_rows[:n] = rows[order][pos]
+        out_scores[:n] = exact[order][pos]
+        return out_rows, out_scores, depth, rounds, False
+
+    def _brute_force(self, dense_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores = np.asarray(self.forward @ dense_q).ravel()
+        kk = min(k, scores.shape[0])
+        top = np.argpartition(-scores, kk - 1)[:kk]
+        top = top[np.lexsort((top, -scores[top]))]
+        top = top[scores[top] > 0]
+        out_rows = np.full(k, -1, dtype=np.int64)
+        out_scores = np.full(k, -np.inf, dtype=np.float32)
+        out_rows[: len(top)] = top
+        out_scores[: len(top)] = scores[top]
+        return out_rows, out_scores
+
+    def search(self, queries: sp.csr_matrix, k: int = 10, *, depth: int | None = None,
+               max_depth: int = 10_000, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k by dot product. Returns ``rows (nq, k)`` (``-1`` padding) and ``scores``.
+
+        ``depth`` is the first tantivy depth tried (default ``2k + 10``); a query whose top-k is not
+        proven by ``max_depth`` is scored against every document instead. Documents with score 0
+        are never returned. Ties are broken by row (insertion order).
+        """
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
+        q = sp.csr_matrix(queries, dtype=np.float32)
+        if q.shape[1] != self.vocab_size:
+            raise ConfigError(f"query vectors have {q.shape[1]} columns, the index vocabulary has {self.vocab_size}")
+        if q.nnz and float(q.data.min()) < 0:
+            raise ConfigError("sparse query weights must be non-negative for an exact top-k")
+        first = depth or (2 * k + 10)
+        max_depth = max(max_depth, first)
+        n = q.shape[0]
+        rows = np.full((n, k), -1, dtype=np.int64)
+        scores = np.full((n, k), -np.inf, dtype=np.float32)
+        stats = SparseSearchStats(queries=n, fetched=[0] * n, rounds=[0] * n)
+
+        def one(i: int) -> None:
+            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth)
+            rows[i], scores[i] = r, s
+            stats.fetched[i], stats.rounds[i] = d, rd
+            if bf:
+                stats.brute_force += 1
+
+        _run(one, n, threads)
+        self.last_stats = stats
+        return rows, scores
+
+    # -- BM25 ---------------------------------------------------------------------------------
+    def _bm25_query(self, text: str) -> Any:
+        import tantivy
+
+        tokens = self.analyzer.analyze(text)
+        if not tokens:
+            return None
+        Query, Should = tantivy.Query, tantivy.Occur.Should
+        return Query.boolean_query(
+            [(Should, Query.term_query(self.schema, "text", tok, index_option="freq")) for tok in tokens]
+        )
+
+    def search_bm25(self, texts: Sequence[str], k: int = 10, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 (tantivy: k1 = 1.2, b = 0.75) over the ``text`` field; same shapes as :meth:`search`."""
+        if not self.meta.get("bm25", True):
+            raise ConfigError(f"{self.root}: this index was built without BM25 text")
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
+        n = len(texts)
+        rows = np.full((n, k), -1, dtype=np.int64)
+        scores = np.full((n, k), -np.inf, dtype=np.float32)
+
+        def one(i: int) -> None:
+            query = self._bm25_query(texts[i])
+            if query is None:
+                return
+            hits = self.searcher.search(query, k, count=False).hits
+            if hits:
+                rows[i, : len(hits)] = self.searcher.fast_field_values("row", [a for _, a in hits])
+                scores[i, : len(hits)] = [s for s, _ in hits]
+
+        _run(one, n, threads)
+        return rows, scores
+
+    def score_bm25(self, texts: Sequence[str], rows: np.ndarray) -> np.ndarray:
+        """Exact BM25 scores of given documents (0 where no query term matches)."""
+        import tantivy
+
+        Query, Occur = tantivy.Query, tantivy.Occur
+        rows = np.asarray(rows, dtype=np.int64)
+        out = np.zeros(rows.shape, dtype=np.float32)
+        for i, text in enumerate(texts):
+            bm25 = self._bm25_query(text)
+            cand = [int(r) for r in rows[i] if r >= 0]
+            if bm25 is None or not cand:
+                continue
+            only = Query.const_score_query(Query.term_set_query(self.schema, "row", cand), 0.0)
+            query = Query.boolean_query([(Occur.Must, only), (Occur.Should, bm25)])
+            hits = self.searcher.search(query, len(cand), count=False).hits
+            got = dict(zip(self.searcher.fast_field_values("row", [a for _, a in hits]), (s for s, _ in hits)))
+            out[i] = [got.get(int(r), 0.0) if r >= 0 else 0.0 for r in rows[i]]
+        return out
+
+
+def _run(fn: Any, n: int, threads: int | None) -> None:
+    """Call ``fn(i)`` for every query; tantivy releases the GIL, so threads scale its share."""
+    workers = min(n, threads if threads is not None else (os.cpu_count() or 1))
+    if workers <= 1:
+        for i in range(n):
+            fn(i)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(fn, range(n)))

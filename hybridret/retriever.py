@@ -1,0 +1,384 @@
+"""HybridRetriever: encoders + dense index + sparse/BM25 index + fusion, with save/load."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .data import Document, iter_batches
+from .encoders import Encoder, PairedEncoder, encoder_from_config
+from .errors import ConfigError, CorpusFormatError, IndexExistsError
+from .fusion import candidate_union, linear_fusion
+from .index.dense import DenseIndex
+from .index.docstore import DocStore, DocStoreWriter
+from .index.manifest import MANIFEST, commit, link_tree, new_generation, read_manifest
+from .index.sparse import SparseIndex
+from .types import Hit, Hits, MatchedTerm
+
+__all__ = ["METHODS", "HybridRetriever"]
+
+logger = logging.getLogger(__name__)
+
+METHODS = ("hybrid", "dense", "sparse", "bm25")
+DEFAULT_CANDIDATES = 100
+
+
+def _as_document(item: Any, row: int) -> Document:
+    if isinstance(item, Document):
+        return item
+    if isinstance(item, str):
+        return Document(id=str(row), text=item)
+    if isinstance(item, Mapping):
+        doc_id = item.get("_id", item.get("id"))
+        text = item.get("text", item.get("contents"))
+        if doc_id is None or text is None:
+            raise CorpusFormatError(f"document #{row} needs an id ('_id' or 'id') and a 'text'", field="id")
+        return Document(id=str(doc_id), text=str(text), title=str(item.get("title") or ""))
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        return Document(id=str(item[0]), text=str(item[-1]), title=str(item[1]) if len(item) == 3 else "")
+    raise CorpusFormatError(f"document #{row}: cannot index a {type(item).__name__}; pass Document, dict, (id, text) or str")
+
+
+class HybridRetriever:
+    """Index documents with a hybrid encoder and search them densely, sparsely, with BM25, or fused.
+
+    >>> retriever = HybridRetriever.from_models()          # packaged MiniLM + SPLADE-tiny
+    >>> retriever.index([{"id": "a", "text": "..."}, ...])
+    >>> hits = retriever.search(["a question"], k=10)       # hybrid by default
+    >>> retriever.save("indexes/mine"); HybridRetriever.load("indexes/mine")
+
+    Settings: ``faiss_factory`` (any FAISS factory string, default exact ``"Flat"``),
+    ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_bits`` / ``sparse_max_weight`` (quantisation of the
+    tantivy postings; results stay exact whatever they are), ``bm25`` (index the text for BM25) and
+    ``store_text`` (keep texts for hit views).
+    """
+
+    def __init__(
+        self,
+        encoder: Encoder | None = None,
+        *,
+        faiss_factory: str = "Flat",
+        faiss_metric: str = "ip",
+        sparse_bits: int = 8,
+        sparse_max_weight: float = 5.0,
+        bm25: bool = True,
+        store_text: bool = True,
+        device: str | None = None,
+    ) -> None:
+        self._encoder = encoder
+        self._encoder_config = encoder.config() if encoder is not None else None
+        self.device = device
+        self.settings: dict[str, Any] = {
+            "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "sparse_bits": sparse_bits,
+            "sparse_max_weight": sparse_max_weight, "bm25": bm25, "store_text": store_text,
+        }
+        self.dense: DenseIndex | None = None
+        self.sparse: SparseIndex | None = None
+        self.docs: DocStore | None = None
+        self.manifest: dict[str, Any] = {}
+        self._generation: Path | None = None
+        self._text_terms_cache: dict[int, set[int]] = {}
+
+    # -- construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_models(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
+                    device: str | None = None, max_length: int = 256, **settings: Any) -> HybridRetriever:
+        """A paired encoder from two model names (``None`` = packaged defaults), then an empty retriever."""
+        encoder = PairedEncoder.from_names(dense_model, sparse_model, device=device, max_length=max_length)
+        return cls(encoder, device=device, **settings)
+
+    @property
+    def encoder(self) -> Encoder:
+        """The encoder; loaded on first use for a retriever read from disk."""
+        if self._encoder is None:
+            if self._encoder_config is None:
+                raise ConfigError("this retriever has no encoder")
+            self._encoder = encoder_from_config(self._encoder_config, device=self.device)
+        return self._encoder
+
+    @property
+    def num_docs(self) -> int:
+        return len(self.docs) if self.docs is not None else 0
+
+    # -- indexing -------------------------------------------------------------------------------
+    def index(self, documents: Iterable[Any], *, batch_size: int = 32, chunk_size: int = 1024,
+              workdir: str | Path | None = None, show_progress: bool | None = None) -> HybridRetriever:
+        """Encode and index a stream of documents (``Document``, dict, ``(id, text)`` or str).
+
+        Documents are processed ``chunk_size`` at a time, so memory holds one chunk plus the FAISS
+        index. Files go to a new generation folder inside ``workdir`` (default: a temporary
+        directory, removed with the retriever); :meth:`save` makes them permanent. Documents whose
+        title and text are both blank are skipped and counted (``manifest["skipped_empty"]``).
+        Duplicate ids raise :class:`CorpusFormatError`.
+        """
+        from tqdm.auto import tqdm
+
+        from .encoders._hf import progress_enabled
+
+        if chunk_size < 1 or batch_size < 1:
+            raise ConfigError("chunk_size and batch_size must be positive")
+        encoder = self.encoder
+        if workdir is None:
+            workdir = tempfile.mkdtemp(prefix="hybridret-")
+            weakref.finalize(self, shutil.rmtree, workdir, True)
+        gen = new_generation(workdir)
+        s = self.settings
+        docs_w = DocStoreWriter(gen, store_text=s["store_text"])
+        dense_w = sparse_w = None
+        try:
+            if encoder.has_dense:
+                dense_w = DenseIndex.create(gen / "dense", int(encoder.dense_dim or 0),
+                                            factory=s["faiss_factory"], metric=s["faiss_metric"])
+            if encoder.has_sparse or s["bm25"]:
+                vocab = len(encoder.vocab) if encoder.vocab is not None else 1
+                sparse_w = SparseIndex.create(gen / "sparse", vocab, bits=s["sparse_bits"],
+                                              max_weight=s["sparse_max_weight"], bm25=s["bm25"])
+            total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
+            bar = tqdm(total=total, desc="indexing", unit="doc",
+                       disable=not progress_enabled(show_progress, total or chunk_size + 1, chunk_size))
+            seen: set[str] = set()
+            skipped = 0
+            row = 0
+            for chunk in iter_batches(documents, chunk_size):
+                batch: list[Document] = []
+                for item in chunk:
+                    doc = _as_document(item, row + len(batch) + skipped)
+                    if not doc.full_text.strip():
+                        skipped += 1
+                        continue
+                    if doc.id in seen:
+                        raise CorpusFormatError(f"duplicate document id {doc.id!r}", field="id")
+                    if "\n" in doc.id or "\r" in doc.id or not doc.id.strip():
+                        raise CorpusFormatError(f"invalid document id {doc.id!r} (blank or contains a newline)",
+                                                field="id")
+                    seen.add(doc.id)
+                    batch.append(doc)
+                bar.update(len(chunk))
+                if not batch:
+                    continue
+                texts = [d.full_text for d in batch]
+                enc = encoder.encode_documents(texts, batch_size=batch_size, show_progress=False)
+                docs_w.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch])
+                if dense_w is not None:
+                    dense_w.add(enc.dense)
+                if sparse_w is not None:
+                    weights = enc.sparse if enc.sparse is not None else sp.csr_matrix((len(batch), 1), dtype=np.float32)
+                    sparse_w.add(weights, texts)
+                row += len(batch)
+            bar.close()
+            if row == 0:
+                raise CorpusFormatError("no documents to index (the input was empty or every document was blank)")
+            if skipped:
+                logger.warning("skipped %d empty documents", skipped)
+            docs_w.close()
+            if dense_w is not None:
+                logger.info("building FAISS index %s over %d vectors", s["faiss_factory"], row)
+                dense_w.close()
+            if sparse_w is not None:
+                sparse_w.close()
+        except BaseException:
+            docs_w.abort()
+            for w in (dense_w, sparse_w):
+                if w is not None:
+                    w.abort()
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+        self.manifest = {"num_docs": row, "skipped_empty": skipped}
+        self._open(gen, row)
+        logger.info("indexed %d documents", row)
+        return self
+
+    def _open(self, gen: Path, num_docs: int) -> None:
+        self._generation = gen
+        self.docs = DocStore(gen, expected=num_docs)
+        self.dense = DenseIndex(gen / "dense", device=self.device) if (gen / "dense").is_dir() else None
+        self.sparse = SparseIndex(gen / "sparse") if (gen / "sparse").is_dir() else None
+        for name, part in (("dense", self.dense), ("sparse", self.sparse)):
+            if part is not None and part.num_docs != num_docs:
+                from .errors import IndexFormatError
+
+                raise IndexFormatError(f"{gen}: {name} index holds {part.num_docs} documents, expected {num_docs}")
+        self._text_terms_cache.clear()
+
+    # -- persistence ----------------------------------------------------------------------------
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the index to ``path``. The previous index there stays readable until the new one is
+        complete (the manifest is replaced last, atomically). Returns ``path``."""
+        if self._generation is None:
+            raise ConfigError("nothing to save: call index() first")
+        root = Path(path)
+        if (root / MANIFEST).exists() and not overwrite:
+            raise IndexExistsError(f"an index already exists at {root}; pass overwrite=True (CLI: --overwrite)")
+        if self._generation.parent.resolve() == root.resolve():
+            gen = self._generation
+        else:
+            gen = new_generation(root)
+            link_tree(self._generation, gen)
+        commit(root, gen, self._manifest_body(), overwrite=True)
+        if gen != self._generation:
+            self._generation = gen  # later saves link from the permanent copy
+        return root
+
+    def _manifest_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "num_docs": self.num_docs,
+            "skipped_empty": int(self.manifest.get("skipped_empty", 0)),
+            "encoder": self._encoder_config,
+            "settings": dict(self.settings),
+            "components": {},
+        }
+        if self.dense is not None:
+            body["components"]["dense"] = dict(self.dense.meta)
+        if self.sparse is not None:
+            body["components"]["sparse"] = dict(self.sparse.meta)
+        for key in ("fusion",):
+            if key in self.manifest:
+                body[key] = self.manifest[key]
+        return body
+
+    @classmethod
+    def load(cls, path: str | Path, *, encoder: Encoder | None = None, device: str | None = None) -> HybridRetriever:
+        """Open an index written by :meth:`save`; the encoder is rebuilt from the manifest on first use."""
+        manifest, gen = read_manifest(path)
+        settings = dict(manifest.get("settings", {}))
+        known = {"faiss_factory", "faiss_metric", "sparse_bits", "sparse_max_weight", "bm25", "store_text"}
+        self = cls(encoder, device=device, **{k: v for k, v in settings.items() if k in known})
+        stored = manifest.get("encoder")
+        if encoder is not None and stored is not None and encoder.config() != stored:
+            logger.warning("the encoder given differs from the one the index was built with: %s", stored)
+        if encoder is None:
+            self._encoder_config = stored
+        self.manifest = manifest
+        num_docs = manifest.get("num_docs")
+        if not isinstance(num_docs, int):
+            from .errors import IndexFormatError
+
+            raise IndexFormatError(f"{path}: manifest has no document count")
+        self._open(gen, num_docs)
+        return self
+
+    def info(self) -> dict[str, Any]:
+        """The manifest plus the size on disk."""
+        out = dict(self._manifest_body())
+        out.update({k: v for k, v in self.manifest.items() if k not in out})
+        if self._generation is not None:
+            out["bytes_on_disk"] = sum(f.stat().st_size for f in self._generation.rglob("*") if f.is_file())
+        return out
+
+    # -- search ---------------------------------------------------------------------------------
+    def _encode_queries(self, texts: list[str], dense: bool, sparse: bool) -> tuple[np.ndarray | None, sp.csr_matrix | None]:
+        enc = self.encoder
+        if isinstance(enc, PairedEncoder):
+            qd = enc.dense.encode_queries(texts).dense if dense else None
+            qs = enc.sparse.encode_queries(texts).sparse if sparse else None
+            return qd, qs
+        batch = enc.encode_queries(texts)
+        return (batch.dense if dense else None), (batch.sparse if sparse else None)
+
+    def _require(self, dense: bool, sparse: bool, bm25: bool) -> None:
+        if self.docs is None:
+            raise ConfigError("the retriever has no index yet: call index() or load()")
+        if dense and self.dense is None:
+            raise ConfigError("this index has no dense component")
+        if sparse and (self.sparse is None or not self.encoder.has_sparse):
+            raise ConfigError("this index has no learned-sparse component")
+        if bm25 and (self.sparse is None or not self.sparse.meta.get("bm25")):
+            raise ConfigError("this index was built without BM25 text")
+
+    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
+               candidates: int = DEFAULT_CANDIDATES, weights: Mapping[str, float] | None = None,
+               normalisation: str = "minmax") -> Hits:
+        """Search. ``method`` is ``"hybrid"`` (default: normalised linear fusion of exact dense and
+        sparse scores over the union of each one's top ``candidates``), ``"dense"``, ``"sparse"`` or
+        ``"bm25"``. Returns :class:`Hits` of shape ``(len(queries), k)``."""
+        texts = [queries] if isinstance(queries, str) else [str(q) for q in queries]
+        if method not in METHODS:
+            raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
+        use_dense = method in ("dense", "hybrid")
+        use_sparse = method in ("sparse", "hybrid")
+        self._require(use_dense, use_sparse, method == "bm25")
+        qd, qs = self._encode_queries(texts, use_dense, use_sparse) if (use_dense or use_sparse) else (None, None)
+        comps: dict[str, np.ndarray] = {}
+        if method == "dense":
+            rows, scores = self.dense.search(qd, k)  # type: ignore[union-attr]
+            comps["dense"] = scores
+        elif method == "sparse":
+            rows, scores = self.sparse.search(qs, k)  # type: ignore[union-attr]
+            comps["sparse"] = scores
+        elif method == "bm25":
+            rows, scores = self.sparse.search_bm25(texts, k)  # type: ignore[union-attr]
+            comps["bm25"] = scores
+        else:
+            depth = max(k, candidates)
+            d_rows, _ = self.dense.search(qd, depth)  # type: ignore[union-attr]
+            s_rows, _ = self.sparse.search(qs, depth)  # type: ignore[union-attr]
+            union = candidate_union(d_rows, s_rows)
+            valid = union >= 0
+            exact = {"dense": self.dense.score(qd, union), "sparse": self.sparse.score(qs, union)}  # type: ignore[union-attr]
+            fused = linear_fusion(exact, valid, weights or {"dense": 0.5, "sparse": 0.5}, normalisation)
+            rows, scores, comps = _select(union, fused, exact, k)
+        ids = np.where(rows >= 0, self.docs.ids[np.maximum(rows, 0)], "")  # type: ignore[union-attr]
+        return Hits(queries=texts, method=method, ids=ids.astype(object), rows=rows,
+                    scores=scores.astype(np.float32), components=comps, query_sparse=qs, _viewer=self._view)
+
+    # -- per-hit view ---------------------------------------------------------------------------
+    def _view(self, hits: Hits, i: int) -> list[Hit]:
+        out = []
+        docs = self.docs
+        assert docs is not None  # Hits are only made by search(), which requires an index
+        for j, row in enumerate(hits.rows[i]):
+            if row < 0:
+                continue
+            title, text = docs.get(int(row))
+            matched: list[MatchedTerm] = []
+            if hits.query_sparse is not None and self.sparse is not None:
+                matched = self._matched_terms(hits.query_sparse[i], int(row), (title + " " + text).strip())
+            out.append(Hit(id=str(hits.ids[i, j]), rank=j + 1, score=float(hits.scores[i, j]),
+                           scores={name: float(v[i, j]) for name, v in hits.components.items()},
+                           title=title, text=text, matched_terms=matched))
+        return out
+
+    def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
+        assert self.sparse is not None
+        d = self.sparse.forward[row]
+        shared, qi, di = np.intersect1d(q.indices, d.indices, assume_unique=True, return_indices=True)
+        if not len(shared):
+            return []
+        if row not in self._text_terms_cache:
+            if len(self._text_terms_cache) > 4096:
+                self._text_terms_cache.clear()
+            self._text_terms_cache[row] = self.encoder.text_term_ids(text) if text else set()
+        literal = self._text_terms_cache[row]
+        vocab = self.encoder.vocab or []
+        terms = [MatchedTerm(term=vocab[t], query_weight=float(q.data[a]), doc_weight=float(d.data[b]),
+                             expansion=int(t) not in literal) for t, a, b in zip(shared, qi, di)]
+        terms.sort(key=lambda m: -m.contribution)
+        return terms
+
+
+def _select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Top-k of fused candidate scores, carrying each retriever's exact score along."""
+    order = np.argsort(-np.where(union >= 0, fused, -np.inf), axis=1, kind="stable")[:, :k]
+    rows = np.take_along_axis(union, order, axis=1)
+    scores = np.take_along_axis(fused, order, axis=1)
+    comps = {name: np.take_along_axis(v, order, axis=1) for name, v in exact.items()}
+    if rows.shape[1] < k:
+        pad = k - rows.shape[1]
+        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        comps = {n: np.pad(v, ((0, 0), (0, pad)), constant_values=np.nan) for n, v in comps.items()}
+    invalid = rows < 0
+    scores = np.where(invalid, -np.inf, scores)
+    comps = {n: np.where(invalid, np.nan, v) for n, v in comps.items()}
+    return rows, scores.astype(np.float32), comps
