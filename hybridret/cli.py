@@ -1,10 +1,11 @@
-"""Command line: ``hybridret index | search | info | demo`` (also ``python -m hybridret``)."""
+"""Command line: ``hybridret index | search | eval | tune | info | demo`` (also ``python -m hybridret``)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -19,11 +20,7 @@ __all__ = ["main"]
 logger = logging.getLogger("hybridret")
 
 SAMPLE_DIR = Path(__file__).resolve().parent / "resources" / "sample"
-DEMO_QUERIES = (
-    "how do black holes form",
-    "why does bread dough need time to rise",
-    "treatment for high blood pressure",
-)
+DEMO_QUERIES = ("q06", "q13", "q26")  # ids in resources/sample/queries.jsonl: a paraphrase, a how-to, a why
 
 
 def _add_encoder_args(p: argparse.ArgumentParser) -> None:
@@ -68,10 +65,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("index", metavar="DIR")
     p.add_argument("query", nargs="+", help="query text (several words are joined)")
     p.add_argument("-k", type=int, default=10, help="hits to return (default: 10)")
-    p.add_argument("--method", default="hybrid", choices=("hybrid", "dense", "sparse", "bm25"))
-    p.add_argument("--candidates", type=int, default=100, help="per-retriever depth for hybrid (default: 100)")
+    p.add_argument("--method", default="hybrid", choices=METHOD_CHOICES,
+                   help="default hybrid: the index's tuned fusion, else linear dense + sparse")
+    p.add_argument("--candidates", type=int, default=None, help="per-retriever depth of fused methods (default: 100)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", default=None)
+
+    p = sub.add_parser("eval", help="evaluate a method on judged queries (nDCG@10, MRR@10, Recall@100)")
+    _add_eval_args(p)
+    p.add_argument("--method", default="hybrid", choices=METHOD_CHOICES)
+    p.add_argument("--metrics", nargs="+", default=["ndcg@10", "mrr@10", "recall@100"],
+                   help="ndcg@K, mrr@K, recall@K, precision@K, map (default: ndcg@10 mrr@10 recall@100)")
+    p.add_argument("-k", type=int, default=100, help="depth of each ranking (default: 100)")
+
+    p = sub.add_parser("tune", help="grid-search fusion and GQR settings; store the best in the index")
+    _add_eval_args(p)
+    p.add_argument("--metric", default="ndcg@10", help="metric to maximise (default: ndcg@10)")
+    p.add_argument("--dry-run", action="store_true", help="report only; do not store the best setting")
 
     p = sub.add_parser("info", help="describe an index")
     p.add_argument("index", metavar="DIR")
@@ -82,6 +92,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--device", default=None)
     return parser
+
+
+METHOD_CHOICES = ("hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr")
+
+
+def _add_eval_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--queries", required=True, help="BEIR queries.jsonl or a TSV of qid<TAB>text (MS MARCO)")
+    p.add_argument("--qrels", required=True, help="BEIR qrels TSV or TREC qrels (qid 0 docid grade)")
+    p.add_argument("--relevance-level", type=int, default=1,
+                   help="smallest grade counted relevant by binary metrics (TREC DL: 2; default: 1)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--device", default=None)
 
 
 def _setup_logging(args: argparse.Namespace) -> None:
@@ -121,7 +144,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     import time
 
     start = time.perf_counter()
-    retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out)
+    retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
+                    total=_count_records(reader.file))
     retriever.manifest["skipped_empty"] = retriever.manifest.get("skipped_empty", 0) + reader.skipped_empty
     retriever.manifest["source"] = {"path": str(args.corpus), "format": reader.format}
     retriever.save(out, overwrite=True)
@@ -129,6 +153,18 @@ def _cmd_index(args: argparse.Namespace) -> int:
     logger.info("indexed %d documents into %s in %.1f s (%.1f docs/s)", retriever.num_docs, out, took,
                 retriever.num_docs / max(took, 1e-9))
     return 0
+
+
+def _count_records(path: Path) -> int | None:
+    """Non-blank lines of a corpus file, for the progress bar's total and ETA (a quick pre-pass)."""
+    import gzip
+
+    try:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rb") as fh:  # type: ignore[operator]
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return None
 
 
 def _hit_json(hit: Any) -> dict[str, Any]:
@@ -167,6 +203,60 @@ def _cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
+def _judged(args: argparse.Namespace) -> tuple[Any, dict[str, str], dict[str, dict[str, int]]]:
+    from .data import load_qrels, load_queries
+    from .retriever import HybridRetriever
+
+    retriever = HybridRetriever.load(args.index, device=args.device)
+    queries = load_queries(args.queries)
+    qrels = load_qrels(args.qrels)
+    judged = {q: t for q, t in queries.items() if qrels.get(q)}
+    if not judged:
+        raise HybridRetError(f"none of the {len(queries)} queries in {args.queries} has judgments in {args.qrels}")
+    return retriever, judged, qrels
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .eval import evaluate, run_from_hits
+
+    retriever, queries, qrels = _judged(args)
+    qids = list(queries)
+    hits = retriever.search([queries[q] for q in qids], k=args.k, method=args.method)
+    metrics = evaluate(run_from_hits(hits, qids), qrels, args.metrics, relevance_level=args.relevance_level)
+    if args.json:
+        print(json.dumps({"method": args.method, "resolved": hits.method, "metrics": metrics, "queries": len(qids)}))
+    else:
+        print(f"{hits.method} on {len(qids)} queries: " + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
+    return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .tune import tune
+
+    retriever, queries, qrels = _judged(args)
+    best, table = tune(retriever, queries, qrels, metric=args.metric, relevance_level=args.relevance_level)
+    ranked = sorted(table, key=lambda r: -r[args.metric])
+    if not args.dry_run:
+        retriever.manifest["fusion"] = best.to_dict()
+        retriever.manifest["fusion_tuned_on"] = {"queries": str(args.queries), "qrels": str(args.qrels),
+                                                 "metric": args.metric, "value": ranked[0][args.metric],
+                                                 "n_queries": len(queries)}
+        retriever.save(args.index, overwrite=True)
+    if args.json:
+        print(json.dumps({"best": best.to_dict(), "metric": args.metric, "value": ranked[0][args.metric],
+                          "stored": not args.dry_run, "results": ranked}))
+        return 0
+    print(f"{'rank':>4}  {args.metric:>9}  setting")
+    for i, row in enumerate(ranked[:10], 1):
+        cfg = row["config"]
+        detail = {k: cfg[k] for k in ("retrievers", "weights", "normalisation")} if cfg["method"] == "linear" else \
+            {"retrievers": cfg["retrievers"], "rrf_k": cfg["rrf_k"]} if cfg["method"] == "rrf" else \
+            {"guide": cfg["guide"], "alpha": cfg["gqr"]["alpha"], "t_dense": cfg["gqr"]["t_dense"]}
+        print(f"{i:>4}  {row[args.metric]:9.4f}  {cfg['method']} {json.dumps(detail)}")
+    print("stored as the index's hybrid setting" if not args.dry_run else "(dry run: nothing stored)")
+    return 0
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
     from .retriever import HybridRetriever
 
@@ -192,17 +282,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .data import CorpusReader
+    from .data import CorpusReader, load_queries
     from .retriever import HybridRetriever
 
     corpus = SAMPLE_DIR / "corpus.jsonl"
     out = Path(args.output)
     reader = CorpusReader(corpus)
     retriever = HybridRetriever.from_models(device=args.device)
-    retriever.index(reader, workdir=out)
+    retriever.index(reader, workdir=out, total=_count_records(reader.file))
     retriever.save(out, overwrite=True)
     logger.info("indexed the %d-passage sample corpus into %s", retriever.num_docs, out)
-    hits = retriever.search(list(DEMO_QUERIES), k=args.k)
+    queries = load_queries(SAMPLE_DIR / "queries.jsonl")
+    hits = retriever.search([queries[q] for q in DEMO_QUERIES], k=args.k)
     for i in range(len(hits)):
         _print_hits(hits, i)
     print(f"\nTry: hybridret search {out} \"your question\" --method sparse")
@@ -211,10 +302,15 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
+    # torch and FAISS each bring an OpenMP runtime; with spinning idle threads (the default) one
+    # starves the other, and query encoding after a FAISS search ran ~15x slower on 2 cores.
+    # This must be set before either library loads, which the CLI does lazily, below.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = _parser()
     args = parser.parse_args(argv)
     _setup_logging(args)
-    commands = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "demo": _cmd_demo}
+    commands = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "demo": _cmd_demo,
+                "eval": _cmd_eval, "tune": _cmd_tune}
     try:
         return commands[args.command](args)
     except (HybridRetError, FileNotFoundError, FileExistsError) as exc:

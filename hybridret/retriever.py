@@ -15,8 +15,8 @@ import scipy.sparse as sp
 
 from .data import Document, iter_batches
 from .encoders import Encoder, PairedEncoder, encoder_from_config
-from .errors import ConfigError, CorpusFormatError, IndexExistsError
-from .fusion import candidate_union, linear_fusion
+from .errors import ConfigError, CorpusFormatError, IndexExistsError, IndexFormatError
+from .hybrid import FusionConfig, fused_search
 from .index.dense import DenseIndex
 from .index.docstore import DocStore, DocStoreWriter
 from .index.manifest import MANIFEST, commit, link_tree, new_generation, read_manifest
@@ -27,8 +27,7 @@ __all__ = ["METHODS", "HybridRetriever"]
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("hybrid", "dense", "sparse", "bm25")
-DEFAULT_CANDIDATES = 100
+METHODS = ("hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr")
 
 
 def _as_document(item: Any, row: int) -> Document:
@@ -110,14 +109,16 @@ class HybridRetriever:
 
     # -- indexing -------------------------------------------------------------------------------
     def index(self, documents: Iterable[Any], *, batch_size: int = 32, chunk_size: int = 1024,
-              workdir: str | Path | None = None, show_progress: bool | None = None) -> HybridRetriever:
+              workdir: str | Path | None = None, show_progress: bool | None = None,
+              total: int | None = None) -> HybridRetriever:
         """Encode and index a stream of documents (``Document``, dict, ``(id, text)`` or str).
 
         Documents are processed ``chunk_size`` at a time, so memory holds one chunk plus the FAISS
         index. Files go to a new generation folder inside ``workdir`` (default: a temporary
         directory, removed with the retriever); :meth:`save` makes them permanent. Documents whose
         title and text are both blank are skipped and counted (``manifest["skipped_empty"]``).
-        Duplicate ids raise :class:`CorpusFormatError`.
+        Duplicate ids raise :class:`CorpusFormatError`. ``total`` (the number of documents, if
+        known and ``documents`` has no ``len``) gives the progress bar an ETA.
         """
         from tqdm.auto import tqdm
 
@@ -130,6 +131,7 @@ class HybridRetriever:
             workdir = tempfile.mkdtemp(prefix="hybridret-")
             weakref.finalize(self, shutil.rmtree, workdir, True)
         gen = new_generation(workdir)
+        truncated_before = encoder.truncation_counts()
         s = self.settings
         docs_w = DocStoreWriter(gen, store_text=s["store_text"])
         dense_w = sparse_w = None
@@ -141,7 +143,8 @@ class HybridRetriever:
                 vocab = len(encoder.vocab) if encoder.vocab is not None else 1
                 sparse_w = SparseIndex.create(gen / "sparse", vocab, bits=s["sparse_bits"],
                                               max_weight=s["sparse_max_weight"], bm25=s["bm25"])
-            total = len(documents) if hasattr(documents, "__len__") else None  # type: ignore[arg-type]
+            if total is None and hasattr(documents, "__len__"):
+                total = len(documents)  # type: ignore[arg-type]
             bar = tqdm(total=total, desc="indexing", unit="doc",
                        disable=not progress_enabled(show_progress, total or chunk_size + 1, chunk_size))
             seen: set[str] = set()
@@ -178,6 +181,10 @@ class HybridRetriever:
                 raise CorpusFormatError("no documents to index (the input was empty or every document was blank)")
             if skipped:
                 logger.warning("skipped %d empty documents", skipped)
+            for model, count in encoder.truncation_counts().items():
+                if count > truncated_before.get(model, 0):
+                    logger.info("%s: %d of %d documents were truncated to max_length tokens", model,
+                                count - truncated_before.get(model, 0), row)
             docs_w.close()
             if dense_w is not None:
                 logger.info("building FAISS index %s over %d vectors", s["faiss_factory"], row)
@@ -203,8 +210,6 @@ class HybridRetriever:
         self.sparse = SparseIndex(gen / "sparse") if (gen / "sparse").is_dir() else None
         for name, part in (("dense", self.dense), ("sparse", self.sparse)):
             if part is not None and part.num_docs != num_docs:
-                from .errors import IndexFormatError
-
                 raise IndexFormatError(f"{gen}: {name} index holds {part.num_docs} documents, expected {num_docs}")
         self._text_terms_cache.clear()
 
@@ -217,14 +222,23 @@ class HybridRetriever:
         root = Path(path)
         if (root / MANIFEST).exists() and not overwrite:
             raise IndexExistsError(f"an index already exists at {root}; pass overwrite=True (CLI: --overwrite)")
+        if not self._generation.is_dir():
+            raise IndexFormatError(
+                f"this retriever's files ({self._generation}) were removed when another save replaced that "
+                "index; searching still works, but to save, load the index again or re-index"
+            )
         if self._generation.parent.resolve() == root.resolve():
             gen = self._generation
         else:
             gen = new_generation(root)
-            link_tree(self._generation, gen)
+            try:
+                link_tree(self._generation, gen)
+            except BaseException:
+                shutil.rmtree(gen, ignore_errors=True)
+                raise
         commit(root, gen, self._manifest_body(), overwrite=True)
-        if gen != self._generation:
-            self._generation = gen  # later saves link from the permanent copy
+        # keep reading from (and linking later saves from) our own files: another save into ``root``
+        # may replace the copy just made
         return root
 
     def _manifest_body(self) -> dict[str, Any]:
@@ -239,7 +253,7 @@ class HybridRetriever:
             body["components"]["dense"] = dict(self.dense.meta)
         if self.sparse is not None:
             body["components"]["sparse"] = dict(self.sparse.meta)
-        for key in ("fusion",):
+        for key in ("fusion", "fusion_tuned_on", "source"):
             if key in self.manifest:
                 body[key] = self.manifest[key]
         return body
@@ -259,8 +273,6 @@ class HybridRetriever:
         self.manifest = manifest
         num_docs = manifest.get("num_docs")
         if not isinstance(num_docs, int):
-            from .errors import IndexFormatError
-
             raise IndexFormatError(f"{path}: manifest has no document count")
         self._open(gen, num_docs)
         return self
@@ -293,21 +305,42 @@ class HybridRetriever:
         if bm25 and (self.sparse is None or not self.sparse.meta.get("bm25")):
             raise ConfigError("this index was built without BM25 text")
 
+    def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None) -> FusionConfig:
+        """The fusion settings ``search`` uses for a method: explicit ``fusion`` first, then what
+        ``hybridret tune`` stored in the index (for ``hybrid``, or for the method it tuned), then
+        defaults (``hybrid`` = min-max linear fusion of dense and sparse)."""
+        stored = self.manifest.get("fusion")
+        if fusion is not None:
+            cfg = fusion if isinstance(fusion, FusionConfig) else FusionConfig.from_dict(fusion)
+            return cfg if method == "hybrid" else cfg.with_(method=method)
+        if stored:
+            cfg = FusionConfig.from_dict(stored)
+            if method in ("hybrid", cfg.method):
+                return cfg
+        return FusionConfig() if method == "hybrid" else FusionConfig(method=method)
+
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               candidates: int = DEFAULT_CANDIDATES, weights: Mapping[str, float] | None = None,
-               normalisation: str = "minmax") -> Hits:
-        """Search. ``method`` is ``"hybrid"`` (default: normalised linear fusion of exact dense and
-        sparse scores over the union of each one's top ``candidates``), ``"dense"``, ``"sparse"`` or
-        ``"bm25"``. Returns :class:`Hits` of shape ``(len(queries), k)``."""
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+        """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else min-max linear
+        fusion of exact dense and sparse scores), ``"dense"``, ``"sparse"``, ``"bm25"``, or a fusion
+        method ``"linear"``, ``"rrf"``, ``"gqr"`` (see :class:`FusionConfig`). ``candidates``
+        overrides the per-retriever depth of the candidate union. Returns :class:`Hits` of shape
+        ``(len(queries), k)``."""
         texts = [queries] if isinstance(queries, str) else [str(q) for q in queries]
         if method not in METHODS:
             raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
-        use_dense = method in ("dense", "hybrid")
-        use_sparse = method in ("sparse", "hybrid")
-        self._require(use_dense, use_sparse, method == "bm25")
-        qd, qs = self._encode_queries(texts, use_dense, use_sparse) if (use_dense or use_sparse) else (None, None)
+        cfg = None
+        if method in ("dense", "sparse", "bm25"):
+            used = {method}
+        else:
+            cfg = self.fusion_config(method, fusion)
+            if candidates is not None:
+                cfg = cfg.with_(depth=candidates)
+            used = set(cfg.union_retrievers)
+        self._require("dense" in used, "sparse" in used, "bm25" in used)
+        qd, qs = self._encode_queries(texts, "dense" in used, "sparse" in used) if used - {"bm25"} else (None, None)
         comps: dict[str, np.ndarray] = {}
         if method == "dense":
             rows, scores = self.dense.search(qd, k)  # type: ignore[union-attr]
@@ -319,16 +352,11 @@ class HybridRetriever:
             rows, scores = self.sparse.search_bm25(texts, k)  # type: ignore[union-attr]
             comps["bm25"] = scores
         else:
-            depth = max(k, candidates)
-            d_rows, _ = self.dense.search(qd, depth)  # type: ignore[union-attr]
-            s_rows, _ = self.sparse.search(qs, depth)  # type: ignore[union-attr]
-            union = candidate_union(d_rows, s_rows)
-            valid = union >= 0
-            exact = {"dense": self.dense.score(qd, union), "sparse": self.sparse.score(qs, union)}  # type: ignore[union-attr]
-            fused = linear_fusion(exact, valid, weights or {"dense": 0.5, "sparse": 0.5}, normalisation)
-            rows, scores, comps = _select(union, fused, exact, k)
+            rows, scores, comps = fused_search(cfg, k, texts=texts, qd=qd, qs=qs,  # type: ignore[arg-type]
+                                               dense=self.dense, sparse=self.sparse)
         ids = np.where(rows >= 0, self.docs.ids[np.maximum(rows, 0)], "")  # type: ignore[union-attr]
-        return Hits(queries=texts, method=method, ids=ids.astype(object), rows=rows,
+        label = method if cfg is None or method != "hybrid" else f"hybrid:{cfg.method}"
+        return Hits(queries=texts, method=label, ids=ids.astype(object), rows=rows,
                     scores=scores.astype(np.float32), components=comps, query_sparse=qs, _viewer=self._view)
 
     # -- per-hit view ---------------------------------------------------------------------------
@@ -365,20 +393,3 @@ class HybridRetriever:
         terms.sort(key=lambda m: -m.contribution)
         return terms
 
-
-def _select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int
-            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Top-k of fused candidate scores, carrying each retriever's exact score along."""
-    order = np.argsort(-np.where(union >= 0, fused, -np.inf), axis=1, kind="stable")[:, :k]
-    rows = np.take_along_axis(union, order, axis=1)
-    scores = np.take_along_axis(fused, order, axis=1)
-    comps = {name: np.take_along_axis(v, order, axis=1) for name, v in exact.items()}
-    if rows.shape[1] < k:
-        pad = k - rows.shape[1]
-        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
-        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
-        comps = {n: np.pad(v, ((0, 0), (0, pad)), constant_values=np.nan) for n, v in comps.items()}
-    invalid = rows < 0
-    scores = np.where(invalid, -np.inf, scores)
-    comps = {n: np.where(invalid, np.nan, v) for n, v in comps.items()}
-    return rows, scores.astype(np.float32), comps

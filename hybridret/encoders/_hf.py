@@ -53,6 +53,11 @@ class TransformerRunner:
             raise ModelNotFoundError(f"could not load model {model_name!r} from {self.path}: {exc}") from exc
         except ValueError as exc:
             raise EncoderError(f"model {model_name!r} cannot be loaded as {loader}: {exc}") from exc
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        if positions is not None and self.max_length > int(positions):
+            logger.warning("%s: max_length %d exceeds the model's %d positions; using %d", model_name,
+                           self.max_length, positions, positions)
+            self.max_length = int(positions)
         self.model.eval()
         self.model.to(self.device)
         # fp16 on GPU halves memory and doubles throughput; CPU stays float32.
@@ -63,6 +68,7 @@ class TransformerRunner:
             self.autocast_dtype = getattr(torch, dtype)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.special_ids = set(self.tokenizer.all_special_ids)
+        self.truncated = 0  # texts cut to max_length over this runner's life
 
     def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
         """Token ids per text, cut to ``max_length`` (keeping the closing special token); also the
@@ -87,8 +93,11 @@ class TransformerRunner:
         if batch_size < 1:
             raise EncoderError(f"batch_size must be positive, got {batch_size}")
         ids_list, cut = self.tokenize(texts)
+        self.truncated += cut
         if cut:
-            logger.info("%s: truncated %d of %d texts to %d tokens", self.name, cut, len(texts), self.max_length)
+            # callers that stream many chunks (show_progress=False) report a total themselves
+            logger.log(logging.DEBUG if show_progress is False else logging.INFO,
+                       "%s: truncated %d of %d texts to %d tokens", self.name, cut, len(texts), self.max_length)
         lengths = np.fromiter((len(x) for x in ids_list), dtype=np.int64, count=len(ids_list))
         order = np.argsort(-lengths, kind="stable")
         bar = tqdm(

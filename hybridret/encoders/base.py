@@ -67,6 +67,12 @@ class Encoder(ABC):
     def has_sparse(self) -> bool:
         return self.vocab is not None
 
+    def truncation_counts(self) -> dict[str, int]:
+        """Texts cut to ``max_length`` so far, per underlying model."""
+        runners = [getattr(self, "runner", None)] + [getattr(getattr(self, n, None), "runner", None)
+                                                     for n in ("dense", "sparse")]
+        return {r.name: r.truncated for r in runners if r is not None}
+
     @property
     def sparse_tokenizer(self) -> Any:
         """The tokenizer behind the sparse vocabulary (``None`` without a sparse head)."""

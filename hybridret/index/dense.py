@@ -136,7 +136,8 @@ class DenseIndex:
         if device != "cpu" and gpu_available():
             try:
                 self._gpu_res = faiss.StandardGpuResources()
-                index = faiss.index_cpu_to_gpu(self._gpu_res, 0, index)
+                gpu = int(str(device).split(":")[1]) if device and str(device).startswith("cuda:") else 0
+                index = faiss.index_cpu_to_gpu(self._gpu_res, gpu, index)
                 self.device = "cuda"
             except RuntimeError as exc:  # e.g. HNSW has no GPU implementation
                 logger.info("FAISS %s stays on the CPU: %s", self.factory, str(exc).strip().splitlines()[-1])

@@ -103,12 +103,13 @@ def commit(root: str | Path, generation: Path, manifest: dict[str, Any], *, over
 
 
 def _alive(marker: Path) -> bool:
+    """A generation still being built by a live process (this one included) must not be removed."""
     try:
         pid = int(marker.read_text().strip())
         os.kill(pid, 0)
     except (ValueError, OSError):
         return False
-    return pid != os.getpid()
+    return True
 
 
 def read_manifest(root: str | Path) -> tuple[dict[str, Any], Path]:

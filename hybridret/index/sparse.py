@@ -298,9 +298,7 @@ class SparseIndex:
 
     def _brute_force(self, dense_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.forward @ dense_q).ravel()
-        kk = min(k, scores.shape[0])
-        top = np.argpartition(-scores, kk - 1)[:kk]
-        top = top[np.lexsort((top, -scores[top]))]
+        top = np.argsort(-scores, kind="stable")[:k]  # stable: ties by row, as tantivy's path
         top = top[scores[top] > 0]
         out_rows = np.full(k, -1, dtype=np.int64)
         out_scores = np.full(k, -np.inf, dtype=np.float32)

@@ -1,0 +1,94 @@
+"""Retrieval metrics through pytrec_eval (trec_eval's own code), not re-implemented here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+
+__all__ = ["DEFAULT_METRICS", "evaluate", "per_query", "run_from_hits", "run_from_rows"]
+
+DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@100")
+_PATTERN = re.compile(r"^(ndcg|mrr|recall|precision|map)(?:@(\d+))?$")
+
+
+def _parse(metric: str) -> tuple[str, int | None]:
+    m = _PATTERN.match(metric.lower())
+    if not m:
+        raise ConfigError(f"unknown metric {metric!r}; use ndcg@K, mrr@K, recall@K, precision@K or map")
+    return m.group(1), (int(m.group(2)) if m.group(2) else None)
+
+
+def _truncate(run: Mapping[str, Mapping[str, float]], k: int) -> dict[str, dict[str, float]]:
+    out = {}
+    for qid, docs in run.items():
+        top = sorted(docs.items(), key=lambda x: (-x[1], x[0]))[:k]
+        out[qid] = dict(top)
+    return out
+
+
+def per_query(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
+              metrics: Sequence[str] = DEFAULT_METRICS, *, relevance_level: int = 1) -> dict[str, dict[str, float]]:
+    """``{metric: {qid: value}}`` for every judged query; a query missing from the run scores 0.
+
+    ``relevance_level`` is the smallest grade that counts as relevant for binary metrics
+    (MRR, recall, precision, MAP); nDCG always uses the graded judgments. TREC DL uses 2.
+    """
+    import pytrec_eval
+
+    judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if docs}
+    if not judged:
+        raise ConfigError("no relevance judgments to evaluate against")
+    results: dict[str, dict[str, float]] = {}
+    for metric in metrics:
+        name, k = _parse(metric)
+        if name == "mrr":
+            measure, sub_run, key = "recip_rank", _truncate(run, k) if k else run, "recip_rank"
+        elif name == "ndcg":
+            measure, sub_run, key = (f"ndcg_cut.{k}", run, f"ndcg_cut_{k}") if k else ("ndcg", run, "ndcg")
+        elif name == "recall":
+            measure, sub_run, key = (f"recall.{k}", run, f"recall_{k}") if k else ("recall.1000", run, "recall_1000")
+        elif name == "precision":
+            measure, sub_run, key = (f"P.{k}", run, f"P_{k}") if k else ("P.10", run, "P_10")
+        else:
+            measure, sub_run, key = "map", _truncate(run, k) if k else run, "map"
+        evaluator = pytrec_eval.RelevanceEvaluator(judged, {measure}, relevance_level=relevance_level)
+        scored = evaluator.evaluate({q: dict(sub_run.get(q, {})) for q in judged if sub_run.get(q)})
+        results[metric] = {q: float(scored.get(q, {}).get(key, 0.0)) for q in judged}
+    return results
+
+
+def evaluate(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
+             metrics: Sequence[str] = DEFAULT_METRICS, *, relevance_level: int = 1) -> dict[str, float]:
+    """Mean of each metric over the judged queries (see :func:`per_query`)."""
+    table = per_query(run, qrels, metrics, relevance_level=relevance_level)
+    return {m: float(np.mean(list(v.values()))) for m, v in table.items()}
+
+
+def run_from_rows(rows: np.ndarray, doc_ids: np.ndarray, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """A run ``{qid: {doc_id: score}}`` from ranked row numbers ``(nq, k)`` (``-1`` = padding).
+
+    Scores are written as descending ranks, so trec_eval's sort (by score) keeps our order even
+    where the retriever's scores tie."""
+    if len(query_ids) != rows.shape[0]:
+        raise ConfigError(f"{len(query_ids)} query ids for {rows.shape[0]} result lists")
+    run: dict[str, dict[str, float]] = {}
+    for i, qid in enumerate(query_ids):
+        valid = rows[i][rows[i] >= 0]
+        run[str(qid)] = {str(doc_ids[r]): float(len(valid) - j) for j, r in enumerate(valid)}
+    return run
+
+
+def run_from_hits(hits: Any, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    """A run from :class:`~hybridret.types.Hits` (see :func:`run_from_rows`)."""
+    if len(query_ids) != len(hits):
+        raise ConfigError(f"{len(query_ids)} query ids for {len(hits)} result lists")
+    run: dict[str, dict[str, float]] = {}
+    for i, qid in enumerate(query_ids):
+        valid = np.flatnonzero(hits.rows[i] >= 0)
+        run[str(qid)] = {str(hits.ids[i][j]): float(len(valid) - r) for r, j in enumerate(valid)}
+    return run

@@ -1,0 +1,210 @@
+"""Fused search over a candidate union with exact scores: linear, RRF and GQR.
+
+Every method here works the same way: each retriever in the union contributes its top ``depth``
+rows; every candidate then gets the *exact* score of every retriever (dense from the vector store,
+learned sparse from the forward store, BM25 from tantivy restricted to the candidates), so a
+document found by one side is never fused with a missing score from the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import ConfigError
+from .fusion import candidate_union, linear_fusion, normalise, rrf_fusion
+from .refine import GQRConfig, gqr_refine
+
+if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
+
+    from .index.dense import DenseIndex
+    from .index.sparse import SparseIndex
+
+__all__ = ["FUSION_METHODS", "RETRIEVERS", "Candidates", "FusionConfig", "fuse", "fused_search", "gather_candidates"]
+
+FUSION_METHODS = ("linear", "rrf", "gqr")
+RETRIEVERS = ("dense", "sparse", "bm25")
+
+
+@dataclass(frozen=True)
+class FusionConfig:
+    """How ``hybrid`` / ``linear`` / ``rrf`` / ``gqr`` search combines retrievers.
+
+    ``retrievers`` form the candidate union and, for linear and RRF, are the signals fused, with
+    ``weights`` (default equal). For GQR the dense retriever is primary and ``guide`` gives the
+    weights of the guide mixture (each guide's scores z-scored over the candidates, then summed).
+    """
+
+    method: str = "linear"
+    retrievers: tuple[str, ...] = ("dense", "sparse")
+    weights: Mapping[str, float] | None = None
+    normalisation: str = "minmax"
+    rrf_k: float = 60.0
+    depth: int = 100
+    guide: Mapping[str, float] = field(default_factory=lambda: {"sparse": 1.0})
+    gqr: GQRConfig = field(default_factory=GQRConfig)
+
+    def __post_init__(self) -> None:
+        if self.method not in FUSION_METHODS:
+            raise ConfigError(f"unknown fusion method {self.method!r}; expected one of {', '.join(FUSION_METHODS)}")
+        object.__setattr__(self, "retrievers", tuple(self.retrievers))
+        bad = [r for r in (*self.retrievers, *self.guide, *(self.weights or {})) if r not in RETRIEVERS]
+        if bad:
+            raise ConfigError(f"unknown retrievers {bad}; expected some of {', '.join(RETRIEVERS)}")
+        if self.depth < 1:
+            raise ConfigError(f"fusion depth must be positive, got {self.depth}")
+        if self.method == "gqr" and not self.guide:
+            raise ConfigError("GQR needs at least one guide retriever (sparse and/or bm25)")
+        if self.method == "gqr" and "dense" in self.guide:
+            raise ConfigError("GQR optimises the dense query: dense cannot also be its guide")
+        if isinstance(self.gqr, Mapping):
+            object.__setattr__(self, "gqr", GQRConfig.from_dict(dict(self.gqr)))
+
+    @property
+    def union_retrievers(self) -> tuple[str, ...]:
+        if self.method == "gqr":
+            return ("dense", *[r for r in self.guide if r != "dense"])
+        return self.retrievers
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["retrievers"] = list(self.retrievers)
+        out["weights"] = dict(self.weights) if self.weights else None
+        out["guide"] = dict(self.guide)
+        out["gqr"] = self.gqr.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FusionConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(data) - names
+        if unknown:
+            raise ConfigError(f"unknown fusion settings: {sorted(unknown)}")
+        kw = dict(data)
+        if "gqr" in kw and isinstance(kw["gqr"], Mapping):
+            kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))
+        if "retrievers" in kw:
+            kw["retrievers"] = tuple(kw["retrievers"])
+        return cls(**kw)
+
+    def with_(self, **changes: Any) -> FusionConfig:
+        return replace(self, **changes)
+
+
+@dataclass
+class Candidates:
+    """The union of the retrievers' top lists with every retriever's exact scores."""
+
+    rows: np.ndarray  # (nq, m), -1 padded
+    exact: dict[str, np.ndarray]  # retriever -> (nq, m) exact scores
+    listed: dict[str, np.ndarray]  # retriever -> (nq, m) bool: candidate is in that retriever's own list
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.rows >= 0
+
+
+def gather_candidates(names: tuple[str, ...], depth: int, *, texts: list[str], qd: np.ndarray | None,
+                      qs: sp.csr_matrix | None, dense: DenseIndex | None, sparse: SparseIndex | None,
+                      score_all: tuple[str, ...] = ()) -> Candidates:
+    """Top ``depth`` of each retriever in ``names``, their union, and exact scores from every
+    retriever in ``names + score_all``."""
+    lists: dict[str, np.ndarray] = {}
+    for name in names:
+        if name == "dense":
+            lists[name] = dense.search(qd, depth)[0]  # type: ignore[union-attr]
+        elif name == "sparse":
+            lists[name] = sparse.search(qs, depth)[0]  # type: ignore[union-attr]
+        else:
+            lists[name] = sparse.search_bm25(texts, depth)[0]  # type: ignore[union-attr]
+    union = candidate_union(*lists.values())
+    exact: dict[str, np.ndarray] = {}
+    for name in dict.fromkeys((*names, *score_all)):
+        if name == "dense":
+            exact[name] = dense.score(qd, union)  # type: ignore[union-attr]
+        elif name == "sparse":
+            exact[name] = sparse.score(qs, union)  # type: ignore[union-attr]
+        else:
+            exact[name] = sparse.score_bm25(texts, union)  # type: ignore[union-attr]
+    listed = {name: _member(union, rows) for name, rows in lists.items()}
+    return Candidates(rows=union, exact=exact, listed=listed)
+
+
+def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    out = np.zeros(union.shape, dtype=bool)
+    for i in range(union.shape[0]):
+        out[i] = np.isin(union[i], rows[i][rows[i] >= 0]) & (union[i] >= 0)
+    return out
+
+
+def guide_scores(cands: Candidates, guide: Mapping[str, float]) -> np.ndarray:
+    """A single guide signal: one retriever's raw scores, or a weighted sum of z-scored scores."""
+    valid = cands.valid
+    if len(guide) == 1:
+        (name,) = guide
+        return np.where(valid, cands.exact[name], 0.0)
+    total = sum(abs(w) for w in guide.values()) or 1.0
+    return sum((w / total) * normalise(cands.exact[name], valid, "zscore") for name, w in guide.items())  # type: ignore[return-value]
+
+
+def fused_search(config: FusionConfig, k: int, *, texts: list[str], qd: np.ndarray | None, qs: sp.csr_matrix | None,
+                 dense: DenseIndex | None, sparse: SparseIndex | None
+                 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows."""
+    cands = gather_candidates(config.union_retrievers, max(k, config.depth), texts=texts, qd=qd, qs=qs,
+                              dense=dense, sparse=sparse)
+    return fuse(config, cands, k, qd=qd, dense=dense)
+
+
+def fuse(config: FusionConfig, cands: Candidates, k: int, *, qd: np.ndarray | None, dense: DenseIndex | None
+         ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set)."""
+    valid = cands.valid
+    if config.method == "linear":
+        fused = linear_fusion({r: cands.exact[r] for r in config.retrievers}, valid, config.weights,
+                              config.normalisation)
+        return select(cands.rows, fused, cands.exact, k)
+    if config.method == "rrf":
+        fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
+        return select(cands.rows, fused, cands.exact, k)
+    # GQR: refine the dense query towards the guide, then rank with it
+    g = guide_scores(cands, config.guide)
+    docs = dense.vectors[np.maximum(cands.rows, 0).ravel()].reshape(*cands.rows.shape, -1)  # type: ignore[union-attr]
+    gqr = config.gqr
+    guide_norm = gqr.guide_norm if len(config.guide) == 1 else "none"  # a mixture is z-scored already
+    refined = gqr_refine(qd, docs, valid, g, replace(gqr, guide_norm=guide_norm))  # type: ignore[arg-type]
+    exact = dict(cands.exact)
+    if gqr.final == "research":
+        rows, _ = dense.search(refined, k)  # type: ignore[union-attr]
+        scores = dense.score(refined, rows)  # type: ignore[union-attr]
+        comps = {"dense": dense.score(qd, rows)}  # type: ignore[union-attr,arg-type]
+        return rows, scores, comps
+    refined_scores = np.where(valid, np.einsum("nd,nmd->nm", refined, docs), -np.inf)
+    exact["dense_refined"] = refined_scores
+    if gqr.final == "fuse":
+        fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
+                              {"dense_refined": 1.0 - gqr.alpha, "guide": gqr.alpha}, "minmax")
+        return select(cands.rows, fused, exact, k)
+    return select(cands.rows, refined_scores, exact, k)
+
+
+def select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int
+           ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Top-k of fused candidate scores (ties by position), carrying each retriever's exact score."""
+    order = np.argsort(-np.where(union >= 0, fused, -np.inf), axis=1, kind="stable")[:, :k]
+    rows = np.take_along_axis(union, order, axis=1)
+    scores = np.take_along_axis(np.asarray(fused, dtype=np.float64), order, axis=1)
+    comps = {name: np.take_along_axis(np.asarray(v, dtype=np.float64), order, axis=1) for name, v in exact.items()}
+    if rows.shape[1] < k:
+        pad = k - rows.shape[1]
+        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        comps = {n: np.pad(v, ((0, 0), (0, pad)), constant_values=np.nan) for n, v in comps.items()}
+    invalid = rows < 0
+    scores = np.where(invalid, -np.inf, scores)
+    comps = {n: np.where(invalid, np.nan, v).astype(np.float32) for n, v in comps.items()}
+    return rows, scores.astype(np.float32), comps

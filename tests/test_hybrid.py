@@ -1,0 +1,125 @@
+"""Fusion methods through the retriever: linear, RRF, GQR, tuning, and the eval/tune commands."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from hybridret import ConfigError, HybridRetriever
+from hybridret.cli import main
+from hybridret.hybrid import FusionConfig
+
+QUERIES = ["how do plants make sugar from light", "who wrote hamlet", "frozen rivers carving valleys",
+           "digital money on a blockchain", "the of and"]
+
+
+@pytest.fixture(scope="module")
+def retriever(paired_encoder, small_corpus, tmp_path_factory):
+    r = HybridRetriever(paired_encoder)
+    r.index(small_corpus)
+    path = tmp_path_factory.mktemp("hyb") / "idx"
+    r.save(path)
+    return HybridRetriever.load(path, encoder=paired_encoder), path
+
+
+@pytest.mark.parametrize("method", ["linear", "rrf", "gqr"])
+def test_fusion_methods_shapes_and_order(retriever, method):
+    r, _ = retriever
+    hits = r.search(QUERIES, k=5, method=method)
+    assert hits.rows.shape == (len(QUERIES), 5)
+    assert hits.method == method
+    for i in range(len(QUERIES)):
+        s = hits.scores[i][np.isfinite(hits.scores[i])]
+        assert (np.diff(s) <= 1e-6).all()
+    assert hits.ids[1, 0] == "d24"  # hamlet -> Shakespeare, whatever the fusion
+
+
+def test_rrf_matches_hand_computation(retriever):
+    r, _ = retriever
+    depth = 8
+    dense = r.search(QUERIES, k=depth, method="dense")
+    sparse = r.search(QUERIES, k=depth, method="sparse")
+    hits = r.search(QUERIES, k=5, method="rrf", fusion={"method": "rrf", "depth": depth, "rrf_k": 60})
+    for i in range(len(QUERIES)):
+        score: dict[str, float] = {}
+        for lst in (dense.ids[i], sparse.ids[i]):
+            for rank, doc in enumerate([d for d in lst if d], 1):
+                score[doc] = score.get(doc, 0.0) + 1.0 / (60 + rank)
+        expected = sorted(score.values(), reverse=True)[:5]
+        np.testing.assert_allclose(hits.scores[i][: len(expected)], expected, rtol=1e-6)
+
+
+def test_three_signal_linear_carries_exact_bm25(retriever):
+    r, _ = retriever
+    cfg = FusionConfig("linear", ("dense", "sparse", "bm25"))
+    hits = r.search(QUERIES[:4], k=4, method="linear", fusion=cfg)
+    assert set(hits.components) == {"dense", "sparse", "bm25"}
+    exact = r.sparse.score_bm25(QUERIES[:4], hits.rows)
+    np.testing.assert_allclose(hits.components["bm25"], exact, rtol=1e-4, atol=1e-6)
+    dense = r.dense.score(r.encoder.encode_queries(QUERIES[:4]).dense, hits.rows)
+    np.testing.assert_allclose(hits.components["dense"], dense, rtol=1e-5, atol=1e-6)
+
+
+def test_gqr_alpha_zero_reproduces_dense(retriever):
+    r, _ = retriever
+    dense = r.search(QUERIES, k=5, method="dense")
+    gqr = r.search(QUERIES, k=5, method="gqr", fusion={"method": "gqr", "gqr": {"alpha": 0.0}})
+    np.testing.assert_array_equal(gqr.ids, dense.ids)
+
+
+def test_gqr_without_guide_signal_falls_back_to_dense(retriever):
+    r, _ = retriever
+    # only stop words: BM25 matches nothing, so the guide is flat and the query stays as it is
+    q = ["the of and"]
+    dense = r.search(q, k=5, method="dense")
+    gqr = r.search(q, k=5, method="gqr", fusion={"method": "gqr", "guide": {"bm25": 1.0}})
+    np.testing.assert_array_equal(gqr.ids, dense.ids)
+
+
+def test_gqr_is_deterministic_and_final_modes(retriever):
+    r, _ = retriever
+    a = r.search(QUERIES, k=5, method="gqr")
+    b = r.search(QUERIES, k=5, method="gqr")
+    np.testing.assert_array_equal(a.ids, b.ids)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    for final in ("research", "fuse"):
+        h = r.search(QUERIES, k=5, method="gqr", fusion={"method": "gqr", "gqr": {"final": final}})
+        assert h.ids[1, 0] == "d24"
+
+
+def test_bad_fusion_settings(retriever):
+    r, _ = retriever
+    with pytest.raises(ConfigError, match="unknown fusion settings"):
+        r.search("x", method="linear", fusion={"bogus": 1})
+    with pytest.raises(ConfigError, match="unknown retrievers"):
+        FusionConfig("linear", ("dense", "colbert"))
+    with pytest.raises(ConfigError, match="guide"):
+        FusionConfig("gqr", guide={"dense": 1.0})
+
+
+def test_eval_and_tune_commands_store_and_use_the_best(retriever, tmp_path, capsys):
+    _, path = retriever
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(QUERIES[:4])))
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq0\td01\t1\nq1\td24\t1\nq2\td35\t1\nq3\td26\t1\n")
+    assert main(["-q", "eval", str(path), "--queries", str(queries), "--qrels", str(qrels), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["queries"] == 4 and set(out["metrics"]) == {"ndcg@10", "mrr@10", "recall@100"}
+    assert 0.0 <= out["metrics"]["ndcg@10"] <= 1.0
+    assert main(["-q", "tune", str(path), "--queries", str(queries), "--qrels", str(qrels), "--json"]) == 0
+    tuned = json.loads(capsys.readouterr().out)
+    best = FusionConfig.from_dict(tuned["best"])
+    reloaded = HybridRetriever.load(path)
+    assert reloaded.fusion_config("hybrid") == best
+    assert reloaded.search("who wrote hamlet", k=3).method == f"hybrid:{best.method}"
+    # an explicit method still uses its own (default) settings when the tuned one is another method
+    other = "rrf" if best.method != "rrf" else "linear"
+    assert reloaded.fusion_config(other) == FusionConfig(method=other)
+    # evaluating with queries that have no judgments is a clear error
+    empty = tmp_path / "none.tsv"
+    empty.write_text("query-id\tcorpus-id\tscore\nzz\td01\t1\n")
+    assert main(["-q", "eval", str(path), "--queries", str(queries), "--qrels", str(empty)]) == 1
+    assert "has judgments" in capsys.readouterr().err
