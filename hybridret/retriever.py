@@ -361,9 +361,10 @@ class HybridRetriever:
 
     # -- per-hit view ---------------------------------------------------------------------------
     def _view(self, hits: Hits, i: int) -> list[Hit]:
-        out = []
+        out: list[Hit] = []
         docs = self.docs
-        assert docs is not None  # Hits are only made by search(), which requires an index
+        if docs is None:
+            raise ConfigError("the retriever has no index")
         for j, row in enumerate(hits.rows[i]):
             if row < 0:
                 continue
@@ -377,7 +378,8 @@ class HybridRetriever:
         return out
 
     def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
-        assert self.sparse is not None
+        if self.sparse is None:
+            return []
         d = self.sparse.forward[row]
         shared, qi, di = np.intersect1d(q.indices, d.indices, assume_unique=True, return_indices=True)
         if not len(shared):

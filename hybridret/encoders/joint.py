@@ -10,13 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..errors import EncoderError
 from ._hf import TransformerRunner, check_pooling, pool
 from .base import EncodedBatch, Encoder
 from .dense import assemble_dense, normalise
-from .splade import assemble_sparse, sparse_vocab_mask, splade_weights, to_csr, vocab_list
+from .splade import assemble_sparse, sparse_head, splade_weights, to_csr
 
 __all__ = ["JointEncoder"]
 
@@ -47,19 +45,12 @@ class JointEncoder(Encoder):
         check_pooling(pooling)
         self.model_name = model
         self.runner = TransformerRunner(model, "mlm", device=device, max_length=max_length)
-        head = self.runner.model.get_output_embeddings()
-        if head is None:
-            raise EncoderError(f"model {model!r} has no masked-LM head; a *ForMaskedLM checkpoint is needed")
+        self.keep, self.vocab = sparse_head(self.runner, doc_top_k, query_top_k)
         self.pooling = pooling
         self.normalize = normalize
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        out_size = head.weight.shape[0]
-        keep = sparse_vocab_mask(self.runner.tokenizer)
-        keep = np.concatenate([keep, np.zeros(max(0, out_size - keep.shape[0]), dtype=bool)])[:out_size]
-        self.keep = torch.from_numpy(keep.astype(np.float32)).to(self.runner.device)
-        self.vocab = vocab_list(self.runner.tokenizer, out_size)
         hidden = int(self.runner.model.config.hidden_size)
         self.projection = None
         proj_path = Path(self.runner.path) / PROJECTION_FILE

@@ -83,6 +83,23 @@ def assemble_sparse(parts: list[tuple[np.ndarray, sp.csr_matrix]], n: int, vocab
     return out.astype(np.float32)
 
 
+def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: int | None) -> tuple[Any, list[str]]:
+    """Validate top-k settings and return the vocabulary keep-mask (a float tensor on the model's
+    device) and the term list of a masked-LM runner's output layer."""
+    import torch
+
+    for name, value in (("doc_top_k", doc_top_k), ("query_top_k", query_top_k)):
+        if value is not None and value < 1:
+            raise EncoderError(f"{name} must be positive or None, got {value}")
+    head = runner.model.get_output_embeddings()
+    if head is None:
+        raise EncoderError(f"model {runner.name!r} has no masked-LM head; a *ForMaskedLM checkpoint is needed")
+    out_size = int(head.weight.shape[0])
+    keep = sparse_vocab_mask(runner.tokenizer)
+    keep = np.concatenate([keep, np.zeros(max(0, out_size - keep.shape[0]), dtype=bool)])[:out_size]
+    return torch.from_numpy(keep.astype(np.float32)).to(runner.device), vocab_list(runner.tokenizer, out_size)
+
+
 class SpladeEncoder(Encoder):
     """Sparse-only encoder around any masked-language model (default: SPLADE-tiny, packaged).
 
@@ -99,23 +116,12 @@ class SpladeEncoder(Encoder):
         batch_size: int = 32,
         device: str | None = None,
     ) -> None:
-        import torch
-
-        for name, value in (("doc_top_k", doc_top_k), ("query_top_k", query_top_k)):
-            if value is not None and value < 1:
-                raise EncoderError(f"{name} must be positive or None, got {value}")
         self.model_name = model
         self.runner = TransformerRunner(model, "mlm", device=device, max_length=max_length)
+        self.keep, self.vocab = sparse_head(self.runner, doc_top_k, query_top_k)
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        keep = sparse_vocab_mask(self.runner.tokenizer)
-        out_size = self.runner.model.get_output_embeddings().weight.shape[0]
-        if keep.shape[0] < out_size:
-            keep = np.concatenate([keep, np.zeros(out_size - keep.shape[0], dtype=bool)])
-        keep = keep[:out_size]
-        self.keep = torch.from_numpy(keep.astype(np.float32)).to(self.runner.device)
-        self.vocab = vocab_list(self.runner.tokenizer, out_size)
         self.dense_dim = None
 
     @property
