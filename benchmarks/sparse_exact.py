@@ -72,10 +72,23 @@ def exact_fraction(scores: np.ndarray, ref: np.ndarray) -> float:
     return float(np.mean(ok))
 
 
+def _postings(index: SparseIndex) -> float:
+    """Tokens indexed per stored (doc, term) entry: 1 for buckets, the mean popcount for planes."""
+    if index.scheme == "buckets":
+        return 1.0
+    data = np.asarray(index.forward.data)
+    step = float(index.meta["step"])
+    levels = np.clip(np.ceil(data / step), 1, 2**index.slots - 1).astype(np.uint32)
+    return float(np.mean([bin(int(x)).count("1") for x in levels[:: max(1, len(levels) // 20000)]]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--index", type=Path, default=ROOT / "indexes" / "bench-msmarco-dl19-pool")
-    ap.add_argument("--bits", type=int, nargs="+", default=[4, 6, 8, 10])
+    ap.add_argument("--configs", nargs="+", default=["planes:4", "planes:6", "planes:8", "buckets:16", "buckets:32",
+                                                      "planes:6:0.05", "planes:6:0.15", "buckets:16:0.05"],
+                    help="SCHEME:SLOTS[:PRUNE] (planes: bit planes; buckets: geometric weight buckets; PRUNE: "
+                         "share of the query's possible score tried without first)")
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--max-queries", type=int, default=1000)
     args = ap.parse_args(argv)
@@ -103,29 +116,36 @@ def main(argv: list[str] | None = None) -> int:
     with Timer() as t:
         _, s = inv.search(Q, k)
     rows_out.append({"approach": "numpy inverted index + bincount", "exact": exact_fraction(s, ref), "q/s": nq / t.seconds})
-    for bits in args.bits:
-        if bits == live.bits:
+    for spec in args.configs:
+        scheme, slots, *rest = spec.split(":")
+        prune = float(rest[0]) if rest else 0.0
+        if scheme == live.scheme and int(slots) == live.slots:
             index = live
         else:
             tmp = Path(tempfile.mkdtemp())
-            b = SparseIndex.create(tmp / "s", D.shape[1], bits=bits, bm25=False)
+            kw = {"bits": int(slots)} if scheme == "planes" else {"buckets": int(slots)}
+            b = SparseIndex.create(tmp / "s", D.shape[1], scheme=scheme, bm25=False, **kw)
             for s0 in range(0, D.shape[0], 5000):
                 b.add(D[s0 : s0 + 5000])
             b.close()
             index = SparseIndex(tmp / "s")
-        index.search(Q[:20], k, threads=1)
+        index.search(Q[:20], k, threads=1, prune=prune)
         with Timer() as t:
-            _, s = index.search(Q, k, threads=1)
+            _, s = index.search(Q, k, threads=1, prune=prune)
         st = index.last_stats
         with Timer() as t2:
-            index.search(Q, k)
+            index.search(Q, k, prune=prune)
         rows_out.append({
-            "approach": f"hybridret tantivy, {bits} bit planes, proven exact", "exact": exact_fraction(s, ref),
+            "approach": f"hybridret tantivy, {slots} {'bit planes' if scheme == 'planes' else 'buckets'}"
+                        + (f", prune {prune:g}" if prune else ""),
+            "exact": exact_fraction(s, ref), "postings/doc-term": _postings(index),
             "q/s": nq / t.seconds, "q/s all threads": nq / t2.seconds,
             "mean depth": float(np.mean(st.fetched)), "1 round": float(np.mean(np.array(st.rounds) == 1)),
+            "tantivy queries/query": float(np.mean(st.rounds)),
             "brute-force fallbacks": st.brute_force,
         })
-    cols = ["approach", "exact", "q/s", "q/s all threads", "mean depth", "1 round", "brute-force fallbacks"]
+    cols = ["approach", "exact", "q/s", "q/s all threads", "postings/doc-term", "mean depth", "1 round",
+            "tantivy queries/query", "brute-force fallbacks"]
     print(table(rows_out, cols))
     write_json(RESULTS / "sparse-exact.json", {"machine": machine(), "docs": D.shape[0], "queries": nq, "k": k,
                                                "results": rows_out})

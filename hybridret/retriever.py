@@ -55,8 +55,9 @@ class HybridRetriever:
     >>> retriever.save("indexes/mine"); HybridRetriever.load("indexes/mine")
 
     Settings: ``faiss_factory`` (any FAISS factory string, default exact ``"Flat"``),
-    ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_bits`` / ``sparse_max_weight`` (quantisation of the
-    tantivy postings; results stay exact whatever they are), ``bm25`` (index the text for BM25) and
+    ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_scheme`` / ``sparse_bits`` / ``sparse_max_weight``
+    (how learned weights become tantivy tokens: bit planes, or that many weight buckets; results stay
+    exact whatever they are, only speed changes), ``bm25`` (index the text for BM25) and
     ``store_text`` (keep texts for hit views).
     """
 
@@ -66,7 +67,8 @@ class HybridRetriever:
         *,
         faiss_factory: str = "Flat",
         faiss_metric: str = "ip",
-        sparse_bits: int = 8,
+        sparse_scheme: str = "planes",
+        sparse_bits: int = 6,
         sparse_max_weight: float = 5.0,
         bm25: bool = True,
         store_text: bool = True,
@@ -76,7 +78,8 @@ class HybridRetriever:
         self._encoder_config = encoder.config() if encoder is not None else None
         self.device = device
         self.settings: dict[str, Any] = {
-            "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "sparse_bits": sparse_bits,
+            "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "sparse_scheme": sparse_scheme,
+            "sparse_bits": sparse_bits,
             "sparse_max_weight": sparse_max_weight, "bm25": bm25, "store_text": store_text,
         }
         self.dense: DenseIndex | None = None
@@ -141,7 +144,8 @@ class HybridRetriever:
                                             factory=s["faiss_factory"], metric=s["faiss_metric"])
             if encoder.has_sparse or s["bm25"]:
                 vocab = len(encoder.vocab) if encoder.vocab is not None else 1
-                sparse_w = SparseIndex.create(gen / "sparse", vocab, bits=s["sparse_bits"],
+                slots = {"bits" if s["sparse_scheme"] == "planes" else "buckets": s["sparse_bits"]}
+                sparse_w = SparseIndex.create(gen / "sparse", vocab, scheme=s["sparse_scheme"], **slots,
                                               max_weight=s["sparse_max_weight"], bm25=s["bm25"])
             if total is None and hasattr(documents, "__len__"):
                 total = len(documents)  # type: ignore[arg-type]
@@ -263,7 +267,8 @@ class HybridRetriever:
         """Open an index written by :meth:`save`; the encoder is rebuilt from the manifest on first use."""
         manifest, gen = read_manifest(path)
         settings = dict(manifest.get("settings", {}))
-        known = {"faiss_factory", "faiss_metric", "sparse_bits", "sparse_max_weight", "bm25", "store_text"}
+        known = {"faiss_factory", "faiss_metric", "sparse_scheme", "sparse_bits", "sparse_max_weight", "bm25",
+                 "store_text"}
         self = cls(encoder, device=device, **{k: v for k, v in settings.items() if k in known})
         stored = manifest.get("encoder")
         if encoder is not None and stored is not None and encoder.config() != stored:

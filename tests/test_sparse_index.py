@@ -87,6 +87,21 @@ def test_exactness_survives_coarse_levels_and_weight_overflow(real_vectors, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("scheme,slots,prune", [("planes", 6, 0.05), ("planes", 6, 0.3), ("buckets", 16, 0.05)])
+def test_exactness_with_term_pruning_and_buckets(real_vectors, tmp_path, scheme, slots, prune):
+    """Pruned first passes and the bucket scheme must still return the exact top-k."""
+    D, Q, _ = real_vectors
+    kw = {"bits": slots} if scheme == "planes" else {"buckets": slots}
+    index = _build(tmp_path, D, None, scheme=scheme, bm25=False, **kw)
+    rows, scores = index.search(Q, 10, prune=prune)
+    brute = (Q @ D.T).toarray()
+    for i in range(Q.shape[0]):
+        ref = np.sort(brute[i])[::-1][:10]
+        ref = ref[ref > 0]
+        np.testing.assert_allclose(scores[i][np.isfinite(scores[i])], ref, rtol=1e-5, atol=1e-6, err_msg=f"query {i}")
+
+
+@pytest.mark.slow
 def test_exact_top100(real_vectors, tmp_path):
     D, Q, _ = real_vectors
     index = _build(tmp_path, D, None, bm25=False)

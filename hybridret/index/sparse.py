@@ -40,6 +40,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "hybridret-sparse-v1"
 BM25_TOKENIZER = "hybridret_en"
+SCHEMES = ("planes", "buckets")
 _REL_TOL = 1e-5  # float32 summation slack in tantivy's scores
 _ABS_TOL = 1e-6
 
@@ -85,21 +86,26 @@ class SparseSearchStats:
 class SparseIndexBuilder:
     """Streams documents into a new sparse index directory. Use :meth:`SparseIndex.create`."""
 
-    def __init__(self, root: Path, vocab_size: int, *, bits: int, max_weight: float, bm25: bool,
-                 heap_size: int, threads: int | None) -> None:
+    def __init__(self, root: Path, vocab_size: int, *, scheme: str, bits: int, buckets: int, max_weight: float,
+                 min_weight: float, bm25: bool, heap_size: int, threads: int | None) -> None:
         import tantivy
 
         self.root = root
         self.vocab_size = int(vocab_size)
+        self.scheme = scheme
         self.bits = int(bits)
         self.step = float(max_weight) / (2**bits - 1)
+        # buckets: geometric upper edges from min_weight to max_weight; the last bucket is open-ended
+        self.edges = np.geomspace(min_weight, max_weight, int(buckets) - 1).astype(np.float32)
+        self.slots = self.bits if scheme == "planes" else int(buckets)
+        # upper-bound weight of each (term, slot) token; 0 = no document has that token
+        self.slot_weight = np.zeros((self.vocab_size, self.slots), dtype=np.float32)
         self.bm25 = bm25
         (root / "tantivy").mkdir(parents=True, exist_ok=False)
         self.index = tantivy.Index(_schema(), path=str(root / "tantivy"))
         self.index.register_tokenizer(BM25_TOKENIZER, _bm25_analyzer())
         self.writer = self.index.writer(heap_size=heap_size, num_threads=threads or 0)
-        self.tokens = _token_table(self.vocab_size, self.bits)
-        self.planes = np.zeros(self.vocab_size, dtype=np.uint32)  # bitmask of bit planes present per term
+        self.tokens = _token_table(self.vocab_size, self.slots)
         self.overflow = np.zeros(self.vocab_size, dtype=np.float32)  # weight above the top level, per term
         self.df = np.zeros(self.vocab_size, dtype=np.int64)
         self.indptr = NpyAppender(root / "forward.indptr.npy", np.int64)
@@ -123,17 +129,23 @@ class SparseIndexBuilder:
         w.sort_indices()
         if w.nnz and float(w.data.min()) < 0:
             raise ConfigError("document sparse weights must be non-negative")
-        top = 2**self.bits - 1
-        levels = np.ceil(w.data / self.step)
-        over = w.data - top * self.step
-        if np.any(over > 0):
-            np.maximum.at(self.overflow, w.indices[over > 0], over[over > 0])
-        levels = np.clip(levels, 1, top).astype(np.uint32)
-        planes = (levels[:, None] >> np.arange(self.bits, dtype=np.uint32)) & 1  # (nnz, bits)
-        np.bitwise_or.at(self.planes, w.indices, levels)
+        flat = self.slot_weight.reshape(-1)
+        if self.scheme == "planes":
+            top = 2**self.bits - 1
+            over = w.data - top * self.step
+            if np.any(over > 0):
+                np.maximum.at(self.overflow, w.indices[over > 0], over[over > 0])
+            levels = np.clip(np.ceil(w.data / self.step), 1, top).astype(np.uint32)
+            planes = (levels[:, None] >> np.arange(self.bits, dtype=np.uint32)) & 1  # (nnz, bits)
+            entry, slot = np.nonzero(planes)
+            token_ids = w.indices[entry].astype(np.int64) * self.slots + slot
+            flat[token_ids] = self.step * (2.0 ** slot)
+        else:
+            entry = np.arange(w.nnz)
+            slot = np.searchsorted(self.edges, w.data, side="left")
+            token_ids = w.indices.astype(np.int64) * self.slots + slot
+            np.maximum.at(flat, token_ids, w.data)
         self.df += np.bincount(w.indices, minlength=self.vocab_size)
-        entry, plane = np.nonzero(planes)
-        token_ids = w.indices[entry].astype(np.int64) * self.bits + plane
         token_strs = self.tokens[token_ids]
         # bounds of each document's tokens in token_strs (entries are row-major, so rows stay contiguous)
         bounds = np.searchsorted(entry, w.indptr)
@@ -158,12 +170,13 @@ class SparseIndexBuilder:
         self.writer.wait_merging_threads()
         for f in (self.indptr, self.indices, self.data):
             f.close()
-        np.save(self.root / "planes.npy", self.planes)
+        np.save(self.root / "slot_weight.npy", self.slot_weight)
         np.save(self.root / "overflow.npy", self.overflow)
         np.save(self.root / "df.npy", self.df)
         atomic_write_json(self.root / "meta.json", {
             "format": FORMAT, "num_docs": self.rows, "nnz": self.nnz, "vocab_size": self.vocab_size,
-            "bits": self.bits, "step": self.step, "bm25": self.bm25,
+            "scheme": self.scheme, "slots": self.slots, "bits": self.bits, "step": self.step,
+            "edges": self.edges.tolist() if self.scheme == "buckets" else None, "bm25": self.bm25,
             "overflow_terms": int(np.count_nonzero(self.overflow)),
         })
         if np.any(self.overflow):
@@ -186,8 +199,8 @@ class SparseIndex:
         if meta.get("format") != FORMAT:
             raise IndexFormatError(f"{self.root}: unsupported sparse index format {meta.get('format')!r}")
         self.meta = meta
-        self.bits = int(meta["bits"])
-        self.step = float(meta["step"])
+        self.scheme = str(meta.get("scheme", "planes"))
+        self.slots = int(meta.get("slots", meta.get("bits", 0)))
         self.vocab_size = int(meta["vocab_size"])
         indptr = load_npy(self.root / "forward.indptr.npy")
         indices = load_npy(self.root / "forward.indices.npy")
@@ -196,9 +209,20 @@ class SparseIndex:
         if indptr.shape[0] != n + 1 or indices.shape[0] != int(meta["nnz"]) or data.shape[0] != indices.shape[0]:
             raise IndexFormatError(f"{self.root}: forward store does not match meta.json (truncated write?)")
         self.forward = sp.csr_matrix((data, indices, indptr), shape=(n, self.vocab_size), copy=False)
-        self.planes = load_npy(self.root / "planes.npy", mmap=False)
+        if (self.root / "slot_weight.npy").is_file():
+            self.slot_weight = load_npy(self.root / "slot_weight.npy", mmap=False)
+        else:  # early v1 indexes stored only the bitmask of populated planes per term
+            planes = load_npy(self.root / "planes.npy", mmap=False).astype(np.int64)
+            bits = np.arange(self.slots)
+            self.slot_weight = (((planes[:, None] >> bits) & 1) * (float(meta["step"]) * 2.0**bits)).astype(np.float32)
+        if self.slot_weight.shape != (self.vocab_size, self.slots):
+            raise IndexFormatError(f"{self.root}: slot_weight.npy does not match meta.json")
+        self.tokens = _token_table(self.vocab_size, self.slots)
         self.overflow = load_npy(self.root / "overflow.npy", mmap=False)
         self.df = load_npy(self.root / "df.npy", mmap=False)
+        # largest weight any document can have per term: the sum of populated planes, or the top bucket
+        per_slot = self.slot_weight.sum(axis=1) if self.scheme == "planes" else self.slot_weight.max(axis=1)
+        self.term_max = per_slot.astype(np.float64) + self.overflow
         try:
             self.index = tantivy.Index.open(str(self.root / "tantivy"))
         except ValueError as exc:
@@ -213,17 +237,28 @@ class SparseIndex:
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
-    def create(root: str | Path, vocab_size: int, *, bits: int = 8, max_weight: float = 5.0, bm25: bool = True,
+    def create(root: str | Path, vocab_size: int, *, scheme: str = "planes", bits: int = 6, buckets: int = 16,
+               max_weight: float = 5.0, min_weight: float = 0.02, bm25: bool = True,
                heap_size: int = 256_000_000, threads: int | None = None) -> SparseIndexBuilder:
-        """Start a new index in the empty or absent directory ``root``."""
+        """Start a new index in the empty or absent directory ``root``.
+
+        ``scheme="planes"`` (default) indexes ``bits`` bit planes of ``ceil(w / step)``;
+        ``scheme="buckets"`` indexes one token per term in one of ``buckets`` geometric weight
+        buckets (between ``min_weight`` and ``max_weight``), each queried with the largest weight
+        it holds for that term. Both give exact top-k; they trade postings against clauses.
+        """
+        if scheme not in SCHEMES:
+            raise ConfigError(f"unknown sparse scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
         if not 2 <= bits <= 16:
             raise ConfigError(f"bits must be between 2 and 16, got {bits}")
-        if max_weight <= 0:
-            raise ConfigError(f"max_weight must be positive, got {max_weight}")
+        if not 2 <= buckets <= 64:
+            raise ConfigError(f"buckets must be between 2 and 64, got {buckets}")
+        if not 0 < min_weight < max_weight:
+            raise ConfigError(f"need 0 < min_weight < max_weight, got {min_weight} and {max_weight}")
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
-        return SparseIndexBuilder(root, vocab_size, bits=bits, max_weight=max_weight, bm25=bm25,
-                                  heap_size=heap_size, threads=threads)
+        return SparseIndexBuilder(root, vocab_size, scheme=scheme, bits=bits, buckets=buckets, max_weight=max_weight,
+                                  min_weight=min_weight, bm25=bm25, heap_size=heap_size, threads=threads)
 
     @property
     def num_docs(self) -> int:
@@ -242,59 +277,89 @@ class SparseIndex:
         return out
 
     def _clauses(self, q_idx: np.ndarray, q_val: np.ndarray) -> tuple[Any, float]:
+        """One constant-score clause per (query term, populated slot): ``q * slot_weight``."""
         import tantivy
 
         Query, Should = tantivy.Query, tantivy.Occur.Should
-        clauses = []
-        for t, v in zip(q_idx.tolist(), q_val.tolist()):
-            mask = int(self.planes[t])
-            j = 0
-            while mask:
-                if mask & 1:
-                    term = Query.term_query(self.schema, "sparse", f"{t}_{j}", index_option="basic")
-                    clauses.append((Should, Query.const_score_query(term, v * self.step * (1 << j))))
-                mask >>= 1
-                j += 1
+        table = self.slot_weight[q_idx]  # (terms, slots)
+        ti, slot = np.nonzero(table)
+        scores = (q_val[ti] * table[ti, slot]).tolist()
+        tokens = self.tokens[q_idx[ti].astype(np.int64) * self.slots + slot]
+        schema = self.schema
+        clauses = [(Should, Query.const_score_query(Query.term_query(schema, "sparse", tok, index_option="basic"), sc))
+                   for tok, sc in zip(tokens, scores)]
         slack = float(np.dot(q_val, self.overflow[q_idx])) if len(q_idx) else 0.0
         return (Query.boolean_query(clauses) if clauses else None), slack
 
-    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
+    def _plan(self, q_idx: np.ndarray, q_val: np.ndarray, prune: float) -> tuple[np.ndarray, np.ndarray, float]:
+        """Query terms to send to tantivy first, and the most the others can add to any score.
+
+        Terms are dropped in order of postings per unit of possible contribution (``df / (q * max_w)``)
+        while their total possible contribution stays within ``prune`` of the query's total."""
+        contrib = q_val * self.term_max[q_idx]
+        budget = prune * float(contrib.sum())
+        order = np.argsort(-(self.df[q_idx] / np.maximum(contrib, 1e-12)), kind="stable")
+        dropped = np.cumsum(contrib[order]) <= budget
+        n_drop = int(dropped.sum())
+        if n_drop == 0:
+            return q_idx, q_val, 0.0
+        keep = np.sort(order[n_drop:])
+        return q_idx[keep], q_val[keep], float(contrib[order[:n_drop]].sum())
+
+    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int, prune: float
+                    ) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
         q_idx, q_val = q.indices, q.data.astype(np.float64)
         keep = q_val > 0
         q_idx, q_val = q_idx[keep], q_val[keep]
-        query, slack = self._clauses(q_idx, q_val)
         empty = (np.full(k, -1, dtype=np.int64), np.full(k, -np.inf, dtype=np.float32), 0, 0, False)
-        if query is None:
+        if not len(q_idx):
             return empty
         dense_q = np.zeros(self.vocab_size, dtype=np.float32)
         dense_q[q_idx] = q_val
+        # First try without the terms that cost most postings for least score (their possible
+        # contribution is added to the bound, so a proof still certifies the exact top-k); if that
+        # cannot prove the top-k at the first depth, run the full query with growing depth.
+        plans = []
+        if prune > 0:
+            p_idx, p_val, drop = self._plan(q_idx, q_val, prune)
+            if drop > 0:
+                plans.append((p_idx, p_val, drop, False))
+        plans.append((q_idx, q_val, 0.0, True))
         rounds = 0
-        while True:
-            rounds += 1
-            hits = self.searcher.search(query, depth, count=False).hits
-            if not hits:
-                return empty[0], empty[1], 0, rounds, False
-            rows = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
-            exact = self.forward[rows] @ dense_q
-            complete = len(hits) < depth
-            order = np.lexsort((rows, -exact))[:k]
-            if complete or len(order) < k:
-                proven = complete
-            else:
-                bound = hits[-1][0] * (1 + _REL_TOL) + slack + _ABS_TOL
-                proven = bool(exact[order[k - 1]] >= bound)
-            if proven:
-                break
-            if depth >= max_depth:
-                return (*self._brute_force(dense_q, k), depth, rounds, True)
-            depth = min(depth * 4, max_depth)
-        out_rows = np.full(k, -1, dtype=np.int64)
-        out_scores = np.full(k, -np.inf, dtype=np.float32)
-        pos = exact[order] > 0
-        n = int(pos.sum())
-        out_rows[:n] = rows[order][pos]
-        out_scores[:n] = exact[order][pos]
-        return out_rows, out_scores, depth, rounds, False
+        for p_idx, p_val, drop, deepen in plans:
+            query, slack = self._clauses(p_idx, p_val)
+            if query is None:
+                continue
+            d = depth
+            while True:
+                rounds += 1
+                hits = self.searcher.search(query, d, count=False).hits
+                if not hits and drop == 0:
+                    return empty[0], empty[1], 0, rounds, False
+                rows = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
+                exact = self.forward[rows] @ dense_q if len(rows) else np.zeros(0, dtype=np.float32)
+                complete = len(hits) < d
+                order = np.lexsort((rows, -exact))[:k]
+                # every document not fetched scores at most `bound`
+                bound = (0.0 if complete else hits[-1][0] * (1 + _REL_TOL) + slack) + drop + _ABS_TOL
+                if complete and drop == 0:
+                    proven = True
+                else:
+                    proven = len(order) >= k and bool(exact[order[k - 1]] >= bound)
+                if proven:
+                    out_rows = np.full(k, -1, dtype=np.int64)
+                    out_scores = np.full(k, -np.inf, dtype=np.float32)
+                    pos = exact[order] > 0
+                    n = int(pos.sum())
+                    out_rows[:n] = rows[order][pos]
+                    out_scores[:n] = exact[order][pos]
+                    return out_rows, out_scores, d, rounds, False
+                if not deepen:
+                    break
+                if d >= max_depth:
+                    return (*self._brute_force(dense_q, k), d, rounds, True)
+                d = min(d * 4, max_depth)
+        return empty  # pragma: no cover - the full plan always returns
 
     def _brute_force(self, dense_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.forward @ dense_q).ravel()
@@ -307,12 +372,15 @@ class SparseIndex:
         return out_rows, out_scores
 
     def search(self, queries: sp.csr_matrix, k: int = 10, *, depth: int | None = None,
-               max_depth: int = 10_000, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               max_depth: int = 10_000, prune: float = 0.0, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k by dot product. Returns ``rows (nq, k)`` (``-1`` padding) and ``scores``.
 
         ``depth`` is the first tantivy depth tried (default ``2k + 10``); a query whose top-k is not
-        proven by ``max_depth`` is scored against every document instead. Documents with score 0
-        are never returned. Ties are broken by row (insertion order).
+        proven by ``max_depth`` is scored against every document instead. ``prune`` (a fraction,
+        e.g. 0.05) first tries a cheaper query without the low-value, high-frequency terms whose
+        total possible contribution is within that fraction; their contribution is added to the
+        bound, so results stay exact. Documents with score 0 are never returned. Ties are broken by
+        row (insertion order).
         """
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
@@ -329,7 +397,7 @@ class SparseIndex:
         stats = SparseSearchStats(queries=n, fetched=[0] * n, rounds=[0] * n)
 
         def one(i: int) -> None:
-            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth)
+            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth, prune)
             rows[i], scores[i] = r, s
             stats.fetched[i], stats.rounds[i] = d, rd
             if bf:
