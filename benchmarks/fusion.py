@@ -33,8 +33,9 @@ FIXED = {
     "RRF(dense, sparse, BM25)": FusionConfig("rrf", ("dense", "sparse", "bm25")),
     "linear(dense, sparse) 0.5/0.5 minmax": FusionConfig("linear", ("dense", "sparse")),
     "linear(dense, sparse, BM25) equal": FusionConfig("linear", ("dense", "sparse", "bm25")),
-    "GQR, sparse guide (default)": FusionConfig("gqr", guide={"sparse": 1.0}),
-    "GQR, sparse + BM25 guide": FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5}),
+    "GQR, sparse guide": FusionConfig("gqr", guide={"sparse": 1.0}),
+    "GQR, sparse + BM25 guide (default)": FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5}),
+    "GQR, sparse + BM25 guide, final=fuse": FusionConfig("gqr", gqr=GQRConfig(final="fuse")),
 }
 METRICS = ("ndcg@10", "recall@100")
 

@@ -401,8 +401,10 @@ def _parse_int(value: str) -> int | None:
 def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
     """Load relevance judgments as ``{qid: {docid: grade}}``.
 
-    Accepts whitespace-separated lines with either 3 columns (BEIR: ``query-id corpus-id score``)
-    or 4 columns (TREC: ``qid iteration docid grade``; MS MARCO ``qrels.*.tsv``). The column count
+    Accepts lines with either 3 columns (BEIR: ``query-id corpus-id score``) or 4 columns (TREC:
+    ``qid iteration docid grade``; MS MARCO ``qrels.*.tsv``). Lines that contain a tab are split
+    on tabs only, so ids may contain spaces (BEIR's LIMIT uses people's names); other lines are
+    split on any whitespace (TREC qrels). The column count
     must be the same on every line. A first line whose last column is not an integer is taken as
     a header and skipped. Grades are kept as given, including 0 and negatives. An exact repeated
     judgment is ignored (with one warning); a conflicting repeat is an error.
@@ -418,8 +420,8 @@ def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
     first_data = True
     repeated = 0
     for lineno, text in _iter_lines(p):
-        cols = text.split()
-        if not cols:
+        cols = [c.strip() for c in text.split("\t")] if "\t" in text else text.split()
+        if not cols or not any(cols):
             continue
         if first_data:
             first_data = False

@@ -36,7 +36,9 @@ class FusionConfig:
 
     ``retrievers`` form the candidate union and, for linear and RRF, are the signals fused, with
     ``weights`` (default equal). For GQR the dense retriever is primary and ``guide`` gives the
-    weights of the guide mixture (each guide's scores z-scored over the candidates, then summed).
+    weights of the guide mixture (each guide's scores z-scored over the candidates, then summed);
+    the default guide mixes learned sparse and BM25 equally (on indexes without BM25 text,
+    :meth:`HybridRetriever.fusion_config` falls back to the sparse guide alone).
     """
 
     method: str = "linear"
@@ -45,7 +47,7 @@ class FusionConfig:
     normalisation: str = "minmax"
     rrf_k: float = 60.0
     depth: int = 100
-    guide: Mapping[str, float] = field(default_factory=lambda: {"sparse": 1.0})
+    guide: Mapping[str, float] = field(default_factory=lambda: {"sparse": 0.5, "bm25": 0.5})
     gqr: GQRConfig = field(default_factory=GQRConfig)
 
     def __post_init__(self) -> None:

@@ -70,7 +70,7 @@ def masked_softmax(logits: np.ndarray, valid: np.ndarray) -> np.ndarray:
     x = np.where(valid, logits, -np.inf)
     x = x - x.max(axis=1, keepdims=True)
     e = np.where(valid, np.exp(x), 0.0)
-    return e / np.maximum(e.sum(axis=1, keepdims=True), 1e-300)
+    return e / np.maximum(e.sum(axis=1, keepdims=True), 1e-30)
 
 
 def kl_loss_grad(q: np.ndarray, D: np.ndarray, valid: np.ndarray, target: np.ndarray, t_dense: float
@@ -79,7 +79,7 @@ def kl_loss_grad(q: np.ndarray, D: np.ndarray, valid: np.ndarray, target: np.nda
     logits = np.einsum("nd,nmd->nm", q, D) / t_dense
     p = masked_softmax(logits, valid)
     with np.errstate(divide="ignore", invalid="ignore"):
-        terms = np.where(valid & (target > 0), target * (np.log(target) - np.log(np.maximum(p, 1e-300))), 0.0)
+        terms = np.where(valid & (target > 0), target * (np.log(target) - np.log(np.maximum(p, 1e-30))), 0.0)
     grad = np.einsum("nm,nmd->nd", p - target, D) / t_dense
     return terms.sum(axis=1), grad
 
@@ -99,13 +99,14 @@ def gqr_refine(
     are normalised here per ``config.guide_norm``). A query whose guide gives every candidate the
     same score (for example no query term matches anything) keeps its original vector.
     """
-    q0 = np.asarray(queries, dtype=np.float64)
-    D = np.asarray(docs, dtype=np.float64)
+    # float32 throughout: twice the speed of float64, and far more precision than rankings need
+    q0 = np.asarray(queries, dtype=np.float32)
+    D = np.asarray(docs, dtype=np.float32)
     valid = np.asarray(valid, dtype=bool)
     if D.ndim != 3 or D.shape[:2] != valid.shape or q0.shape != (D.shape[0], D.shape[2]):
         raise ConfigError(f"shape mismatch: queries {q0.shape}, docs {D.shape}, valid {valid.shape}")
     gv = valid if guide_valid is None else (np.asarray(guide_valid, dtype=bool) & valid)
-    g = np.asarray(guide, dtype=np.float64)
+    g = np.asarray(guide, dtype=np.float32)
     spread = np.where(gv, g, -np.inf).max(axis=1) - np.where(gv, g, np.inf).min(axis=1)
     active = np.isfinite(spread) & (spread > 1e-12) & (valid.sum(axis=1) > 1)
     if config.alpha == 0.0 or config.steps == 0 or not active.any():
@@ -114,8 +115,8 @@ def gqr_refine(
     D, valid, gv, g = D[active], valid[active], gv[active], g[active]
     scores0 = np.einsum("nd,nmd->nm", q, D)
     g_norm = normalise(g, gv, config.guide_norm)
-    target = (1.0 - config.alpha) * masked_softmax(scores0 / config.t_dense, valid) \
-        + config.alpha * masked_softmax(g_norm / config.t_guide, gv)
+    target = ((1.0 - config.alpha) * masked_softmax(scores0 / config.t_dense, valid)
+              + config.alpha * masked_softmax(g_norm / config.t_guide, gv)).astype(np.float32)
     m = np.zeros_like(q)
     v = np.zeros_like(q)
     b1, b2, eps = 0.9, 0.999, 1e-8

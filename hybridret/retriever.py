@@ -322,7 +322,11 @@ class HybridRetriever:
             cfg = FusionConfig.from_dict(stored)
             if method in ("hybrid", cfg.method):
                 return cfg
-        return FusionConfig() if method == "hybrid" else FusionConfig(method=method)
+        cfg = FusionConfig() if method == "hybrid" else FusionConfig(method=method)
+        has_bm25 = self.sparse is not None and bool(self.sparse.meta.get("bm25"))
+        if cfg.method == "gqr" and not has_bm25:
+            cfg = cfg.with_(guide={"sparse": 1.0})  # the default mixture needs BM25 text
+        return cfg
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:

@@ -500,3 +500,9 @@ def test_cranfield_shared_data():
     assert all(doc in ids for judged in qrels.values() for doc in judged)
     assert set(qrels) <= set(queries)
     assert all(d.title and d.full_text.startswith(d.title.strip()) for d in docs)
+
+
+def test_qrels_tab_separated_ids_may_contain_spaces(tmp_path):
+    path = tmp_path / "qrels.tsv"
+    path.write_text("query-id\tcorpus-id\tscore\nquery_0\tGeneva Durben\t1\nquery_0\tArmand Schweda\t1\n")
+    assert load_qrels(path) == {"query_0": {"Geneva Durben": 1, "Armand Schweda": 1}}
