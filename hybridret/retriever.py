@@ -313,7 +313,8 @@ class HybridRetriever:
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None) -> FusionConfig:
         """The fusion settings ``search`` uses for a method: explicit ``fusion`` first, then what
         ``hybridret tune`` stored in the index (for ``hybrid``, or for the method it tuned), then
-        defaults (``hybrid`` = min-max linear fusion of dense and sparse)."""
+        defaults (``hybrid`` = GQR guided by learned sparse + BM25, the best fixed setting measured
+        in docs/fusion.md)."""
         stored = self.manifest.get("fusion")
         if fusion is not None:
             cfg = fusion if isinstance(fusion, FusionConfig) else FusionConfig.from_dict(fusion)
@@ -322,19 +323,21 @@ class HybridRetriever:
             cfg = FusionConfig.from_dict(stored)
             if method in ("hybrid", cfg.method):
                 return cfg
-        cfg = FusionConfig() if method == "hybrid" else FusionConfig(method=method)
+        # measured best fixed setting across the shared collections (docs/fusion.md): GQR with a
+        # learned-sparse + BM25 guide; without BM25 text, the sparse guide alone
+        cfg = FusionConfig(method="gqr" if method == "hybrid" else method)
         has_bm25 = self.sparse is not None and bool(self.sparse.meta.get("bm25"))
         if cfg.method == "gqr" and not has_bm25:
-            cfg = cfg.with_(guide={"sparse": 1.0})  # the default mixture needs BM25 text
+            cfg = cfg.with_(guide={"sparse": 1.0})
         return cfg
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
-        """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else min-max linear
-        fusion of exact dense and sparse scores), ``"dense"``, ``"sparse"``, ``"bm25"``, or a fusion
-        method ``"linear"``, ``"rrf"``, ``"gqr"`` (see :class:`FusionConfig`). ``candidates``
-        overrides the per-retriever depth of the candidate union. Returns :class:`Hits` of shape
-        ``(len(queries), k)``."""
+        """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
+        query refined towards the learned-sparse + BM25 scores of the candidates), ``"dense"``,
+        ``"sparse"``, ``"bm25"``, or a fusion method ``"linear"``, ``"rrf"``, ``"gqr"`` (see
+        :class:`FusionConfig`). ``candidates`` overrides the per-retriever depth of the candidate
+        union. Returns :class:`Hits` of shape ``(len(queries), k)``."""
         texts = [queries] if isinstance(queries, str) else [str(q) for q in queries]
         if method not in METHODS:
             raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")

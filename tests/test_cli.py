@@ -51,7 +51,7 @@ def test_search_json_contract(built, capsys):
     top = out["hits"][0]
     assert top["id"] == "astro"
     assert {"id", "score", "scores", "text", "matched_terms"} <= set(top)
-    assert set(top["scores"]) == {"dense", "sparse"}
+    assert {"dense", "sparse", "bm25"} <= set(top["scores"])  # default hybrid = GQR, sparse + BM25 guide
 
 
 @pytest.mark.parametrize("method", ["dense", "sparse", "bm25", "hybrid"])

@@ -188,10 +188,10 @@ def test_dense_and_sparse_are_exact(retriever, paired_encoder):
             np.testing.assert_allclose(sparse.scores[i, : len(order)], full[i, order], rtol=1e-5)
 
 
-def test_hybrid_is_minmax_fusion_of_exact_scores(retriever, paired_encoder):
-    """With more candidates than documents, hybrid = 0.5 minmax(dense) + 0.5 minmax(sparse) over the
+def test_linear_is_minmax_fusion_of_exact_scores(retriever, paired_encoder):
+    """With more candidates than documents, linear = 0.5 minmax(dense) + 0.5 minmax(sparse) over the
     union of both candidate lists, with each retriever's exact score carried along."""
-    hits = retriever.search(QUERIES, k=K)
+    hits = retriever.search(QUERIES, k=K, method="linear")
     qd = paired_encoder.dense.encode_queries(QUERIES).dense
     qs = paired_encoder.sparse.encode_queries(QUERIES).sparse
     dense = qd @ np.asarray(retriever.dense.vectors).T
@@ -204,13 +204,13 @@ def test_hybrid_is_minmax_fusion_of_exact_scores(retriever, paired_encoder):
         np.testing.assert_allclose(hits.components["dense"][i], dense[i, rows], atol=1e-5)
         np.testing.assert_allclose(hits.components["sparse"][i], sparse[i, rows], rtol=1e-5, atol=1e-6)
         assert np.isclose(hits.scores[i, 0], fused[i].max(), atol=1e-6)
-    dense_only = retriever.search(QUERIES, k=K, fusion={"weights": {"dense": 1.0, "sparse": 0.0}})
+    dense_only = retriever.search(QUERIES, k=K, method="linear", fusion={"weights": {"dense": 1.0, "sparse": 0.0}})
     assert dense_only.ids.tolist() == retriever.search(QUERIES, k=K, method="dense").ids.tolist()
 
 
 def test_hit_view(retriever, small_corpus):
     by_id = {d["id"]: d for d in small_corpus}
-    hits = retriever.search(QUERIES, k=K)
+    hits = retriever.search(QUERIES, k=K, method="linear")
     term_id = {t: i for i, t in enumerate(retriever.encoder.vocab)}
     expansion_seen = 0
     for i in range(len(QUERIES)):
