@@ -85,10 +85,9 @@ def _postings(index: SparseIndex) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--index", type=Path, default=ROOT / "indexes" / "bench-msmarco-dl19-pool")
-    ap.add_argument("--configs", nargs="+", default=["planes:4", "planes:6", "planes:8", "buckets:16", "buckets:32",
-                                                      "planes:6:0.05", "planes:6:0.15", "buckets:16:0.05"],
-                    help="SCHEME:SLOTS[:PRUNE] (planes: bit planes; buckets: geometric weight buckets; PRUNE: "
-                         "share of the query's possible score tried without first)")
+    ap.add_argument("--configs", nargs="+", default=["planes:4", "planes:5", "planes:6", "planes:8", "buckets:16",
+                                                      "buckets:32"],
+                    help="SCHEME:SLOTS (planes: bit planes; buckets: geometric weight buckets)")
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--max-queries", type=int, default=1000)
     args = ap.parse_args(argv)
@@ -117,8 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         _, s = inv.search(Q, k)
     rows_out.append({"approach": "numpy inverted index + bincount", "exact": exact_fraction(s, ref), "q/s": nq / t.seconds})
     for spec in args.configs:
-        scheme, slots, *rest = spec.split(":")
-        prune = float(rest[0]) if rest else 0.0
+        scheme, slots = spec.split(":")
         if scheme == live.scheme and int(slots) == live.slots:
             index = live
         else:
@@ -129,15 +127,14 @@ def main(argv: list[str] | None = None) -> int:
                 b.add(D[s0 : s0 + 5000])
             b.close()
             index = SparseIndex(tmp / "s")
-        index.search(Q[:20], k, threads=1, prune=prune)
+        index.search(Q[:20], k, threads=1)
         with Timer() as t:
-            _, s = index.search(Q, k, threads=1, prune=prune)
+            _, s = index.search(Q, k, threads=1)
         st = index.last_stats
         with Timer() as t2:
-            index.search(Q, k, prune=prune)
+            index.search(Q, k)
         rows_out.append({
-            "approach": f"hybridret tantivy, {slots} {'bit planes' if scheme == 'planes' else 'buckets'}"
-                        + (f", prune {prune:g}" if prune else ""),
+            "approach": f"hybridret tantivy, {slots} {'bit planes' if scheme == 'planes' else 'buckets'}",
             "exact": exact_fraction(s, ref), "postings/doc-term": _postings(index),
             "q/s": nq / t.seconds, "q/s all threads": nq / t2.seconds,
             "mean depth": float(np.mean(st.fetched)), "1 round": float(np.mean(np.array(st.rounds) == 1)),

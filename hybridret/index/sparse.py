@@ -220,9 +220,6 @@ class SparseIndex:
         self.tokens = _token_table(self.vocab_size, self.slots)
         self.overflow = load_npy(self.root / "overflow.npy", mmap=False)
         self.df = load_npy(self.root / "df.npy", mmap=False)
-        # largest weight any document can have per term: the sum of populated planes, or the top bucket
-        per_slot = self.slot_weight.sum(axis=1) if self.scheme == "planes" else self.slot_weight.max(axis=1)
-        self.term_max = per_slot.astype(np.float64) + self.overflow
         try:
             self.index = tantivy.Index.open(str(self.root / "tantivy"))
         except ValueError as exc:
@@ -291,22 +288,7 @@ class SparseIndex:
         slack = float(np.dot(q_val, self.overflow[q_idx])) if len(q_idx) else 0.0
         return (Query.boolean_query(clauses) if clauses else None), slack
 
-    def _plan(self, q_idx: np.ndarray, q_val: np.ndarray, prune: float) -> tuple[np.ndarray, np.ndarray, float]:
-        """Query terms to send to tantivy first, and the most the others can add to any score.
-
-        Terms are dropped in order of postings per unit of possible contribution (``df / (q * max_w)``)
-        while their total possible contribution stays within ``prune`` of the query's total."""
-        contrib = q_val * self.term_max[q_idx]
-        budget = prune * float(contrib.sum())
-        order = np.argsort(-(self.df[q_idx] / np.maximum(contrib, 1e-12)), kind="stable")
-        dropped = np.cumsum(contrib[order]) <= budget
-        n_drop = int(dropped.sum())
-        if n_drop == 0:
-            return q_idx, q_val, 0.0
-        keep = np.sort(order[n_drop:])
-        return q_idx[keep], q_val[keep], float(contrib[order[:n_drop]].sum())
-
-    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int, prune: float
+    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int
                     ) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
         q_idx, q_val = q.indices, q.data.astype(np.float64)
         keep = q_val > 0
@@ -316,50 +298,35 @@ class SparseIndex:
             return empty
         dense_q = np.zeros(self.vocab_size, dtype=np.float32)
         dense_q[q_idx] = q_val
-        # First try without the terms that cost most postings for least score (their possible
-        # contribution is added to the bound, so a proof still certifies the exact top-k); if that
-        # cannot prove the top-k at the first depth, run the full query with growing depth.
-        plans = []
-        if prune > 0:
-            p_idx, p_val, drop = self._plan(q_idx, q_val, prune)
-            if drop > 0:
-                plans.append((p_idx, p_val, drop, False))
-        plans.append((q_idx, q_val, 0.0, True))
+        query, slack = self._clauses(q_idx, q_val)
+        if query is None:  # no document has any of the query's terms
+            return empty
         rounds = 0
-        for p_idx, p_val, drop, deepen in plans:
-            query, slack = self._clauses(p_idx, p_val)
-            if query is None:
-                continue
-            d = depth
-            while True:
-                rounds += 1
-                hits = self.searcher.search(query, d, count=False).hits
-                if not hits and drop == 0:
-                    return empty[0], empty[1], 0, rounds, False
-                rows = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
-                exact = self.forward[rows] @ dense_q if len(rows) else np.zeros(0, dtype=np.float32)
-                complete = len(hits) < d
-                order = np.lexsort((rows, -exact))[:k]
-                # every document not fetched scores at most `bound`
-                bound = (0.0 if complete else hits[-1][0] * (1 + _REL_TOL) + slack) + drop + _ABS_TOL
-                if complete and drop == 0:
-                    proven = True
-                else:
-                    proven = len(order) >= k and bool(exact[order[k - 1]] >= bound)
-                if proven:
-                    out_rows = np.full(k, -1, dtype=np.int64)
-                    out_scores = np.full(k, -np.inf, dtype=np.float32)
-                    pos = exact[order] > 0
-                    n = int(pos.sum())
-                    out_rows[:n] = rows[order][pos]
-                    out_scores[:n] = exact[order][pos]
-                    return out_rows, out_scores, d, rounds, False
-                if not deepen:
-                    break
-                if d >= max_depth:
-                    return (*self._brute_force(dense_q, k), d, rounds, True)
-                d = min(d * 4, max_depth)
-        return empty  # pragma: no cover - the full plan always returns
+        while True:
+            rounds += 1
+            hits = self.searcher.search(query, depth, count=False).hits
+            if not hits:
+                return empty[0], empty[1], 0, rounds, False
+            rows = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
+            exact = self.forward[rows] @ dense_q
+            complete = len(hits) < depth  # every document matching any query term was fetched
+            order = np.lexsort((rows, -exact))[:k]
+            if complete:
+                proven = True
+            else:  # every document not fetched scores at most the last hit's upper bound
+                bound = hits[-1][0] * (1 + _REL_TOL) + slack + _ABS_TOL
+                proven = len(order) >= k and bool(exact[order[k - 1]] >= bound)
+            if proven:
+                out_rows = np.full(k, -1, dtype=np.int64)
+                out_scores = np.full(k, -np.inf, dtype=np.float32)
+                pos = exact[order] > 0
+                n = int(pos.sum())
+                out_rows[:n] = rows[order][pos]
+                out_scores[:n] = exact[order][pos]
+                return out_rows, out_scores, depth, rounds, False
+            if depth >= max_depth:
+                return (*self._brute_force(dense_q, k), depth, rounds, True)
+            depth = min(depth * 4, max_depth)
 
     def _brute_force(self, dense_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.forward @ dense_q).ravel()
@@ -372,15 +339,12 @@ class SparseIndex:
         return out_rows, out_scores
 
     def search(self, queries: sp.csr_matrix, k: int = 10, *, depth: int | None = None,
-               max_depth: int = 10_000, prune: float = 0.0, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               max_depth: int = 10_000, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k by dot product. Returns ``rows (nq, k)`` (``-1`` padding) and ``scores``.
 
         ``depth`` is the first tantivy depth tried (default ``2k + 10``); a query whose top-k is not
-        proven by ``max_depth`` is scored against every document instead. ``prune`` (a fraction,
-        e.g. 0.05) first tries a cheaper query without the low-value, high-frequency terms whose
-        total possible contribution is within that fraction; their contribution is added to the
-        bound, so results stay exact. Documents with score 0 are never returned. Ties are broken by
-        row (insertion order).
+        proven by ``max_depth`` is scored against every document instead. Documents with score 0
+        are never returned. Ties are broken by row (insertion order).
         """
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
@@ -397,7 +361,7 @@ class SparseIndex:
         stats = SparseSearchStats(queries=n, fetched=[0] * n, rounds=[0] * n)
 
         def one(i: int) -> None:
-            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth, prune)
+            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth)
             rows[i], scores[i] = r, s
             stats.fetched[i], stats.rounds[i] = d, rd
             if bf:
