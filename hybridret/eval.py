@@ -33,16 +33,18 @@ def _truncate(run: Mapping[str, Mapping[str, float]], k: int) -> dict[str, dict[
 
 def per_query(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping[str, int]],
               metrics: Sequence[str] = DEFAULT_METRICS, *, relevance_level: int = 1) -> dict[str, dict[str, float]]:
-    """``{metric: {qid: value}}`` for every judged query; a query missing from the run scores 0.
+    """``{metric: {qid: value}}`` for every judged query that is in the run (the queries you
+    searched); one that retrieved nothing scores 0. Judged queries you did not search are left out,
+    so a qrels file covering more queries than the query file does not dilute the means.
 
     ``relevance_level`` is the smallest grade that counts as relevant for binary metrics
     (MRR, recall, precision, MAP); nDCG always uses the graded judgments. TREC DL uses 2.
     """
     import pytrec_eval
 
-    judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if docs}
+    judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if docs and q in run}
     if not judged:
-        raise ConfigError("no relevance judgments to evaluate against")
+        raise ConfigError("no query of the run has relevance judgments (check that query ids match the qrels)")
     results: dict[str, dict[str, float]] = {}
     for metric in metrics:
         name, k = _parse(metric)
