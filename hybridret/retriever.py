@@ -168,8 +168,8 @@ class HybridRetriever:
                                                 field="id")
                     seen.add(doc.id)
                     batch.append(doc)
-                bar.update(len(chunk))
                 if not batch:
+                    bar.update(len(chunk))
                     continue
                 texts = [d.full_text for d in batch]
                 enc = encoder.encode_documents(texts, batch_size=batch_size, show_progress=False)
@@ -180,6 +180,7 @@ class HybridRetriever:
                     weights = enc.sparse if enc.sparse is not None else sp.csr_matrix((len(batch), 1), dtype=np.float32)
                     sparse_w.add(weights, texts)
                 row += len(batch)
+                bar.update(len(chunk))  # after the chunk is encoded and written, so the rate is honest
             bar.close()
             if row == 0:
                 raise CorpusFormatError("no documents to index (the input was empty or every document was blank)")

@@ -174,6 +174,11 @@ def test_resume_reproduces_uninterrupted_run(tmp_path: Path) -> None:
     for k in a:
         assert torch.equal(a[k], b[k]), k
     assert _history(full) == _history(resumed)
+    # resuming with other training settings is refused, naming what changed
+    other = tmp_path / "other"
+    shutil.copytree(full / "checkpoints", other / "checkpoints")
+    with pytest.raises(ConfigError, match="lr"):
+        train(_config(other, steps=4, checkpoint_every=2, lr=1e-3), _examples(), resume=True)
 
 
 def test_distillation_teachers(tmp_path: Path) -> None:

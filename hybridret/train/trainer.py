@@ -233,8 +233,26 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+# settings that may change between a run and its resumption without changing what is trained
+_RESUMABLE_CHANGES = {"output_dir", "checkpoint_every", "keep_checkpoints", "log_every", "device", "data", "amp"}
+
+
+def _check_resume(saved: dict[str, Any] | None, config: TrainConfig, latest: Path) -> None:
+    """Refuse to resume a checkpoint written with different training settings."""
+    if saved is None:
+        logger.warning("%s records no training settings; resuming without checking them", latest)
+        return
+    current = json.loads(json.dumps(config.to_dict()))  # same JSON normalisation as the saved copy
+    diff = sorted(k for k in set(saved) | set(current)
+                  if k not in _RESUMABLE_CHANGES and saved.get(k) != current.get(k))
+    if diff:
+        detail = ", ".join(f"{k}: {saved.get(k)!r} -> {current.get(k)!r}" for k in diff)
+        raise ConfigError(f"cannot resume {latest}: it was trained with other settings ({detail}); "
+                          "use another output folder")
+
+
 def _save_checkpoint(root: Path, step: int, model: Any, optim: Any, sched: Any, scaler: Any,
-                     history: list[dict[str, Any]], keep: int) -> Path:
+                     history: list[dict[str, Any]], keep: int, config: TrainConfig) -> Path:
     import torch
 
     folder = root / CHECKPOINTS
@@ -245,7 +263,8 @@ def _save_checkpoint(root: Path, step: int, model: Any, optim: Any, sched: Any, 
     tmp.mkdir()
     torch.save({"step": step, "model": model.state_dict(), "optimizer": optim.state_dict(),
                 "scheduler": sched.state_dict(), "scaler": scaler.state_dict() if scaler is not None else None,
-                "rng": _rng_state(), "history": json.dumps(history)}, tmp / STATE_FILE)
+                "rng": _rng_state(), "history": json.dumps(history),
+                "config": json.dumps(config.to_dict())}, tmp / STATE_FILE)
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -325,6 +344,7 @@ def train(config: TrainConfig, examples: Sequence[TrainExample], *, resume: bool
     history: list[dict[str, Any]] = []
     if latest is not None:
         state = torch.load(latest / STATE_FILE, map_location=device, weights_only=True)
+        _check_resume(json.loads(state["config"]) if state.get("config") else None, config, latest)
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optimizer"])
         sched.load_state_dict(state["scheduler"])
@@ -405,7 +425,7 @@ def train(config: TrainConfig, examples: Sequence[TrainExample], *, resume: bool
             bar.set_postfix(loss=f"{parts['loss']:.3f}", ex_s=f"{rate:.1f}")
             bar.update(1)
             if step % config.checkpoint_every == 0 or step == total:
-                _save_checkpoint(out, step, model, optim, sched, scaler, history, config.keep_checkpoints)
+                _save_checkpoint(out, step, model, optim, sched, scaler, history, config.keep_checkpoints, config)
     finally:
         bar.close()
     model.eval()
