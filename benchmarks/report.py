@@ -49,6 +49,16 @@ def main() -> int:
         cols = [c for c in ("approach", "exact", "q/s", "q/s all threads", "postings/doc-term", "mean depth", "1 round",
                             "tantivy queries/query", "brute-force fallbacks") if any(c in x for x in res)]
         parts.append(table(res, cols) + "\n")
+    for path in sorted(RESULTS.glob("train-*.json")):
+        r = json.loads(path.read_text())
+        a = r["args"]
+        parts.append(f"## Training: {path.stem}\n")
+        parts.append(f"`python benchmarks/train_eval.py --data {a['data']} --steps {a['steps']} --lr {a['lr']} "
+                     f"--flops-query {a['flops_query']} --flops-doc {a['flops_doc']}` "
+                     f"({r['train_queries']} training / {r['test_queries']} test queries; test nDCG@10).\n")
+        cols = ["model", "stage", "dense nDCG@10", "sparse nDCG@10", "hybrid nDCG@10", "terms/query", "terms/doc",
+                "ms/doc", "train s"]
+        parts.append(table(r["rows"], cols) + "\n")
     fusion = ROOT / "docs" / "fusion.md"
     if fusion.is_file():
         parts.append("## Fusion\n\nSee [fusion.md](fusion.md) (`python benchmarks/fusion.py`).\n")

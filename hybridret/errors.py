@@ -17,6 +17,15 @@ __all__ = [
 ]
 
 
+def check_fields(cls: type, data: object, what: str) -> None:
+    """Raise :class:`ConfigError` when a settings mapping has keys the dataclass ``cls`` lacks."""
+    from dataclasses import fields
+
+    unknown = set(data) - {f.name for f in fields(cls)}  # type: ignore[call-overload]
+    if unknown:
+        raise ConfigError(f"unknown {what} settings: {sorted(unknown)}")
+
+
 class HybridRetError(Exception):
     """Base class of every error hybridret raises deliberately."""
 

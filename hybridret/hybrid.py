@@ -9,12 +9,12 @@ document found by one side is never fused with a missing score from the other.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, check_fields
 from .fusion import candidate_union, linear_fusion, normalise, rrf_fusion
 from .refine import GQRConfig, gqr_refine
 
@@ -82,10 +82,7 @@ class FusionConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ConfigError(f"unknown fusion settings: {sorted(unknown)}")
+        check_fields(cls, data, "fusion")
         kw = dict(data)
         if "gqr" in kw and isinstance(kw["gqr"], Mapping):
             kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))

@@ -16,12 +16,12 @@ has its own temperature, and guide scores are z-scored over U by default (then `
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, check_fields
 from .fusion import normalise
 
 __all__ = ["GQRConfig", "gqr_refine", "kl_loss_grad", "masked_softmax"]
@@ -58,10 +58,7 @@ class GQRConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GQRConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = set(data) - names
-        if unknown:
-            raise ConfigError(f"unknown GQR settings: {sorted(unknown)}")
+        check_fields(cls, data, "GQR")
         return cls(**data)
 
 
