@@ -353,6 +353,10 @@ class HybridRetriever:
                 cfg = cfg.with_(depth=candidates)
             used = set(cfg.union_retrievers)
         self._require("dense" in used, "sparse" in used, "bm25" in used)
+        if not texts:
+            empty = np.zeros((0, k), dtype=np.int64)
+            return Hits(queries=[], method=method, ids=empty.astype(object), rows=empty,
+                        scores=empty.astype(np.float32), _viewer=self._view)
         qd, qs = self._encode_queries(texts, "dense" in used, "sparse" in used) if used - {"bm25"} else (None, None)
         comps: dict[str, np.ndarray] = {}
         if method == "dense":

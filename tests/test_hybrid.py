@@ -89,6 +89,17 @@ def test_gqr_is_deterministic_and_final_modes(retriever):
         assert h.ids[1, 0] == "d24"
 
 
+@pytest.mark.parametrize("method", ["hybrid", "dense", "sparse", "bm25", "rrf"])
+def test_edge_queries(retriever, method):
+    r, _ = retriever
+    assert r.search([], k=5, method=method).rows.shape == (0, 5)
+    # empty text and k beyond the corpus: padded with -1, never an error
+    hits = r.search(["", "zzzzqqq"], k=100, method=method)
+    assert hits.rows.shape == (2, 100)
+    assert ((hits.rows >= 0).sum(1) <= r.num_docs).all()
+    assert set(hits.ids[hits.rows < 0].tolist()) <= {""}
+
+
 def test_bad_fusion_settings(retriever):
     r, _ = retriever
     with pytest.raises(ConfigError, match="unknown fusion settings"):
