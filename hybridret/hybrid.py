@@ -171,6 +171,8 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, *, qd: np.ndarray | No
         fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
         return select(cands.rows, fused, cands.exact, k)
     # GQR: refine the dense query towards the guide, then rank with it
+    if dense is None or dense.metric != "ip":
+        raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
     g = guide_scores(cands, config.guide)
     docs = dense.vectors[np.maximum(cands.rows, 0).ravel()].reshape(*cands.rows.shape, -1)  # type: ignore[union-attr]
     gqr = config.gqr

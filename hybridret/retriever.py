@@ -28,6 +28,7 @@ __all__ = ["METHODS", "HybridRetriever"]
 logger = logging.getLogger(__name__)
 
 METHODS = ("hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr")
+FUSION_CHUNK = 256  # queries fused at a time
 
 
 def _as_document(item: Any, row: int) -> Document:
@@ -138,6 +139,7 @@ class HybridRetriever:
         s = self.settings
         docs_w = DocStoreWriter(gen, store_text=s["store_text"])
         dense_w = sparse_w = None
+        bar = None
         try:
             if encoder.has_dense:
                 dense_w = DenseIndex.create(gen / "dense", int(encoder.dense_dim or 0),
@@ -197,6 +199,8 @@ class HybridRetriever:
             if sparse_w is not None:
                 sparse_w.close()
         except BaseException:
+            if bar is not None:
+                bar.close()
             docs_w.abort()
             for w in (dense_w, sparse_w):
                 if w is not None:
@@ -325,12 +329,26 @@ class HybridRetriever:
             if method in ("hybrid", cfg.method):
                 return cfg
         # measured best fixed setting across the shared collections (docs/fusion.md): GQR with a
-        # learned-sparse + BM25 guide; without BM25 text, the sparse guide alone
+        # learned-sparse + BM25 guide; defaults drop whatever this index lacks
         cfg = FusionConfig(method="gqr" if method == "hybrid" else method)
-        has_bm25 = self.sparse is not None and bool(self.sparse.meta.get("bm25"))
-        if cfg.method == "gqr" and not has_bm25:
-            cfg = cfg.with_(guide={"sparse": 1.0})
+        have = {"dense": self.dense is not None,
+                "sparse": self.sparse is not None and self._encoder_has_sparse(),
+                "bm25": self.sparse is not None and bool(self.sparse.meta.get("bm25"))}
+        guide = {r: w for r, w in cfg.guide.items() if have[r]}
+        retrievers = tuple(r for r in ("dense", "sparse", "bm25") if have[r])[:max(2, len(cfg.retrievers))]
+        if cfg.method == "gqr" and guide and guide != dict(cfg.guide):
+            cfg = cfg.with_(guide=guide)
+        elif cfg.method == "gqr" and not guide:
+            cfg = FusionConfig(method="linear", retrievers=retrievers)
+        elif cfg.method != "gqr" and retrievers != cfg.retrievers:
+            cfg = cfg.with_(retrievers=retrievers)
         return cfg
+
+    def _encoder_has_sparse(self) -> bool:
+        if self._encoder is not None:
+            return self._encoder.has_sparse
+        cfg = self._encoder_config or {}
+        return cfg.get("type") in ("paired", "splade", "joint")
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
@@ -368,9 +386,15 @@ class HybridRetriever:
         elif method == "bm25":
             rows, scores = self.sparse.search_bm25(texts, k)  # type: ignore[union-attr]
             comps["bm25"] = scores
-        else:
-            rows, scores, comps = fused_search(cfg, k, texts=texts, qd=qd, qs=qs,  # type: ignore[arg-type]
-                                               dense=self.dense, sparse=self.sparse)
+        else:  # in slices, so GQR's (queries, candidates, dim) block stays small
+            parts = [fused_search(cfg, k, texts=texts[a:a + FUSION_CHUNK],  # type: ignore[arg-type]
+                                  qd=None if qd is None else qd[a:a + FUSION_CHUNK],
+                                  qs=None if qs is None else qs[a:a + FUSION_CHUNK],
+                                  dense=self.dense, sparse=self.sparse)
+                     for a in range(0, len(texts), FUSION_CHUNK)]
+            rows = np.concatenate([p[0] for p in parts])
+            scores = np.concatenate([p[1] for p in parts])
+            comps = {name: np.concatenate([p[2][name] for p in parts]) for name in parts[0][2]}
         ids = np.where(rows >= 0, self.docs.ids[np.maximum(rows, 0)], "")  # type: ignore[union-attr]
         label = method if cfg is None or method != "hybrid" else f"hybrid:{cfg.method}"
         return Hits(queries=texts, method=label, ids=ids.astype(object), rows=rows,

@@ -134,3 +134,15 @@ def test_eval_and_tune_commands_store_and_use_the_best(retriever, tmp_path, caps
     empty.write_text("query-id\tcorpus-id\tscore\nzz\td01\t1\n")
     assert main(["-q", "eval", str(path), "--queries", str(queries), "--qrels", str(empty)]) == 1
     assert "has judgments" in capsys.readouterr().err
+
+
+def test_defaults_adapt_to_a_dense_only_encoder_with_bm25(paired_encoder, small_corpus):
+    r = HybridRetriever(paired_encoder.dense)  # no sparse head; BM25 text is still indexed
+    r.index(small_corpus)
+    assert r.fusion_config("hybrid").guide == {"bm25": 0.5}
+    assert r.fusion_config("linear").retrievers == ("dense", "bm25")
+    for method in ("hybrid", "linear", "rrf"):
+        hits = r.search(["who wrote hamlet"], k=3, method=method)
+        assert hits.ids[0, 0] == "d24"
+    with pytest.raises(ConfigError, match="learned-sparse"):
+        r.search("x", method="sparse")

@@ -186,6 +186,11 @@ class SparseIndexBuilder:
     def abort(self) -> None:
         for f in (self.indptr, self.indices, self.data):
             f.abort()
+        try:
+            self.writer.rollback()
+        except (ValueError, RuntimeError):
+            pass
+        del self.writer  # releases tantivy's worker threads, lock and files before the folder goes
 
 
 class SparseIndex:
@@ -348,9 +353,10 @@ class SparseIndex:
         """
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
-        q = sp.csr_matrix(queries, dtype=np.float32)
+        q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
         if q.shape[1] != self.vocab_size:
             raise ConfigError(f"query vectors have {q.shape[1]} columns, the index vocabulary has {self.vocab_size}")
+        q.sum_duplicates()  # a repeated column must count once, with its summed weight
         if q.nnz and float(q.data.min()) < 0:
             raise ConfigError("sparse query weights must be non-negative for an exact top-k")
         first = depth or (2 * k + 10)
