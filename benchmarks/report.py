@@ -59,6 +59,13 @@ def main() -> int:
         cols = ["model", "stage", "dense nDCG@10", "sparse nDCG@10", "hybrid nDCG@10", "terms/query", "terms/doc",
                 "ms/doc", "train s"]
         parts.append(table(r["rows"], cols) + "\n")
+    path = RESULTS / "gqr-sensitivity.json"
+    if path.is_file():
+        rows = json.loads(path.read_text())["rows"]
+        parts.append("## GQR sensitivity\n\n`python benchmarks/gqr_sensitivity.py`: one GQR setting varied at a time "
+                     "around the default (alpha 0.5, 50 steps, lr 1e-3, T_dense 0.1, z-scored guide with T 1, depth 100; "
+                     "guide = learned sparse + BM25); nDCG@10.\n")
+        parts.append(table(rows, list(rows[0].keys())) + "\n")
     fusion = ROOT / "docs" / "fusion.md"
     if fusion.is_file():
         parts.append("## Fusion\n\nSee [fusion.md](fusion.md) (`python benchmarks/fusion.py`).\n")
