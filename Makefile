@@ -22,7 +22,12 @@ test: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
-	$(PY) benchmarks/core.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/core.py --build-sample 2000
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/sparse_exact.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/fusion.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/gqr_sensitivity.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/train_eval.py
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) indexes/sample
