@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         # GQR step cost alone, batched, at depth 10 and 100 per retriever
         for depth in (10, 100):
             c = gather_candidates(("dense", "sparse"), depth, texts=texts, qd=qd, qs=qs, dense=r.dense, sparse=r.sparse)
-            docs = r.dense.vectors[np.maximum(c.rows, 0).ravel()].reshape(*c.rows.shape, -1)
+            docs = r.dense.vectors_of(c.rows)
             best_t = min(_t(lambda: gqr_refine(qd, docs, c.valid, c.exact["sparse"], GQRConfig())) for _ in range(3))
             costs[folder.name][f"gqr_step_ms_per_query_depth{depth}"] = best_t / len(qids) * 1e3
             costs[folder.name][f"union_size_depth{depth}"] = float(c.valid.sum(1).mean())

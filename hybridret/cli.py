@@ -214,10 +214,6 @@ def _count_records(path: Path) -> int | None:
         return None
 
 
-def _hit_json(hit: Any) -> dict[str, Any]:
-    return hit.to_dict()
-
-
 def _print_hits(hits: Any, i: int, *, width: int = 100) -> None:
     print(f"\nquery: {hits.queries[i]}   [{hits.method}]")
     view = hits[i]
@@ -243,7 +239,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
     query = " ".join(args.query)
     hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates)
     if args.json:
-        print(json.dumps({"query": query, "method": args.method, "hits": [_hit_json(h) for h in hits[0]]},
+        print(json.dumps({"query": query, "method": args.method, "hits": [h.to_dict() for h in hits[0]]},
                          ensure_ascii=False, indent=2))
     else:
         _print_hits(hits, 0)

@@ -71,26 +71,22 @@ def evaluate(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mapping
     return {m: float(np.mean(list(v.values()))) for m, v in table.items()}
 
 
+def _ranked_run(ranked_ids: Sequence[Any], query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
+    if len(query_ids) != len(ranked_ids):
+        raise ConfigError(f"{len(query_ids)} query ids for {len(ranked_ids)} result lists")
+    # descending ranks as scores, so trec_eval's sort (by score) keeps our order where scores tie
+    return {str(qid): {str(d): float(len(ids) - j) for j, d in enumerate(ids)}
+            for qid, ids in zip(query_ids, ranked_ids)}
+
+
 def run_from_rows(rows: np.ndarray, doc_ids: np.ndarray, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
     """A run ``{qid: {doc_id: score}}`` from ranked row numbers ``(nq, k)`` (``-1`` = padding).
 
     Scores are written as descending ranks, so trec_eval's sort (by score) keeps our order even
     where the retriever's scores tie."""
-    if len(query_ids) != rows.shape[0]:
-        raise ConfigError(f"{len(query_ids)} query ids for {rows.shape[0]} result lists")
-    run: dict[str, dict[str, float]] = {}
-    for i, qid in enumerate(query_ids):
-        valid = rows[i][rows[i] >= 0]
-        run[str(qid)] = {str(doc_ids[r]): float(len(valid) - j) for j, r in enumerate(valid)}
-    return run
+    return _ranked_run([doc_ids[r[r >= 0]] for r in np.asarray(rows)], query_ids)
 
 
 def run_from_hits(hits: Any, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
     """A run from :class:`~hybridret.types.Hits` (see :func:`run_from_rows`)."""
-    if len(query_ids) != len(hits):
-        raise ConfigError(f"{len(query_ids)} query ids for {len(hits)} result lists")
-    run: dict[str, dict[str, float]] = {}
-    for i, qid in enumerate(query_ids):
-        valid = np.flatnonzero(hits.rows[i] >= 0)
-        run[str(qid)] = {str(hits.ids[i][j]): float(len(valid) - r) for r, j in enumerate(valid)}
-    return run
+    return _ranked_run([hits.ids[i][hits.rows[i] >= 0] for i in range(len(hits))], query_ids)

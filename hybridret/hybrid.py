@@ -174,7 +174,7 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, *, qd: np.ndarray | No
     if dense is None or dense.metric != "ip":
         raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
     g = guide_scores(cands, config.guide)
-    docs = dense.vectors[np.maximum(cands.rows, 0).ravel()].reshape(*cands.rows.shape, -1)  # type: ignore[union-attr]
+    docs = dense.vectors_of(cands.rows)
     gqr = config.gqr
     guide_norm = gqr.guide_norm if len(config.guide) == 1 else "none"  # a mixture is z-scored already
     refined = gqr_refine(qd, docs, valid, g, replace(gqr, guide_norm=guide_norm))  # type: ignore[arg-type]

@@ -83,11 +83,3 @@ class Hits:
     def __iter__(self):  # type: ignore[no-untyped-def]
         for i in range(len(self)):
             yield self[i]
-
-    def to_run(self) -> dict[str, dict[str, float]]:
-        """``{query_index_as_str: {doc_id: score}}`` — a run, as metric libraries take it."""
-        run: dict[str, dict[str, float]] = {}
-        for i in range(len(self)):
-            valid = self.rows[i] >= 0
-            run[str(i)] = {str(d): float(s) for d, s in zip(self.ids[i][valid], self.scores[i][valid])}
-        return run

@@ -179,12 +179,17 @@ class DenseIndex:
             raise ConfigError(f"expected query vectors of shape (n, {self.dim}), got {q.shape}")
         return q
 
+    def vectors_of(self, rows: np.ndarray) -> np.ndarray:
+        """Stored vectors of ``rows`` (any shape), shape ``rows.shape + (dim,)``; ``-1`` gives row 0's
+        vector, so callers mask padding themselves."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return np.asarray(self.vectors[np.maximum(rows, 0).ravel()]).reshape(*rows.shape, self.dim)
+
     def score(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """Exact scores (inner product, or negative squared L2) of queries with documents ``rows``."""
         q = self._check(queries)
         rows = np.asarray(rows, dtype=np.int64)
-        safe = np.where(rows >= 0, rows, 0)
-        docs = self.vectors[safe.ravel()].reshape(*rows.shape, self.dim)
+        docs = self.vectors_of(rows)
         if self.metric == "ip":
             out = np.einsum("nd,nkd->nk", q, docs)
         else:
