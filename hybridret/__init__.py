@@ -25,8 +25,10 @@ from .errors import (
     ModelNotFoundError,
 )
 from .index import DenseIndex, SparseIndex
+from .irds import load_ir_dataset
 from .models import resolve_model
 from .retriever import METHODS, HybridRetriever
+from .runs import load_run, write_run
 from .types import Hit, Hits, MatchedTerm
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -58,7 +60,10 @@ __all__ = [
     "__version__",
     "iter_corpus",
     "load_beir",
+    "load_ir_dataset",
     "load_qrels",
     "load_queries",
+    "load_run",
     "resolve_model",
+    "write_run",
 ]

@@ -63,6 +63,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--on-empty", choices=("skip", "error"), default="skip", help="empty documents (default: skip)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing index (it stays usable until the new one is complete)")
+    p.add_argument("--encode-cache", metavar="DIR", default=None,
+                   help="keep encoded chunks here so that rerunning the same command after an interruption "
+                        "re-encodes only what is missing (default: encode-cache inside the output folder, "
+                        "removed after a successful build)")
+    p.add_argument("--no-encode-cache", action="store_true", help="do not cache encoded chunks (no resume)")
     _add_encoder_args(p)
 
     p = sub.add_parser("search", help="search an index")
@@ -190,12 +195,19 @@ def _cmd_index(args: argparse.Namespace) -> int:
                                  bm25=not args.no_bm25, store_text=not args.no_text)
     import time
 
+    import shutil
+
+    cache = None if args.no_encode_cache else Path(args.encode_cache or out / "encode-cache")
+    if cache is not None and (cache / "cache.json").is_file():
+        logger.info("resuming: reusing encoded chunks from %s", cache)
     start = time.perf_counter()
     retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
-                    total=_count_records(reader.file))
+                    total=_count_records(reader.file), encode_cache=cache)
     retriever.manifest["skipped_empty"] = retriever.manifest.get("skipped_empty", 0) + reader.skipped_empty
     retriever.manifest["source"] = {"path": str(args.corpus), "format": reader.format}
     retriever.save(out, overwrite=True)
+    if cache is not None and args.encode_cache is None:
+        shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
     took = time.perf_counter() - start
     logger.info("indexed %d documents into %s in %.1f s (%.1f docs/s)", retriever.num_docs, out, took,
                 retriever.num_docs / max(took, 1e-9))

@@ -114,7 +114,7 @@ class HybridRetriever:
     # -- indexing -------------------------------------------------------------------------------
     def index(self, documents: Iterable[Any], *, batch_size: int = 32, chunk_size: int = 1024,
               workdir: str | Path | None = None, show_progress: bool | None = None,
-              total: int | None = None) -> HybridRetriever:
+              total: int | None = None, encode_cache: str | Path | None = None) -> HybridRetriever:
         """Encode and index a stream of documents (``Document``, dict, ``(id, text)`` or str).
 
         Documents are processed ``chunk_size`` at a time, so memory holds one chunk plus the FAISS
@@ -123,6 +123,10 @@ class HybridRetriever:
         title and text are both blank are skipped and counted (``manifest["skipped_empty"]``).
         Duplicate ids raise :class:`CorpusFormatError`. ``total`` (the number of documents, if
         known and ``documents`` has no ``len``) gives the progress bar an ETA.
+
+        ``encode_cache`` (a folder) keeps every encoded chunk on disk: after an interruption, the
+        same call re-encodes only the chunks that are missing (see :class:`EncodingCache`). The
+        chunks must be the same, so keep ``chunk_size`` and the document order.
         """
         from tqdm.auto import tqdm
 
@@ -134,6 +138,11 @@ class HybridRetriever:
         if workdir is None:
             workdir = tempfile.mkdtemp(prefix="hybridret-")
             weakref.finalize(self, shutil.rmtree, workdir, True)
+        cache = None
+        if encode_cache is not None:
+            from .encoders.cache import EncodingCache
+
+            cache = EncodingCache(encode_cache, encoder.config(), chunk_size)
         gen = new_generation(workdir)
         truncated_before = encoder.truncation_counts()
         s = self.settings
@@ -156,7 +165,7 @@ class HybridRetriever:
             seen: set[str] = set()
             skipped = 0
             row = 0
-            for chunk in iter_batches(documents, chunk_size):
+            for chunk_no, chunk in enumerate(iter_batches(documents, chunk_size)):
                 batch: list[Document] = []
                 for item in chunk:
                     doc = _as_document(item, row + len(batch) + skipped)
@@ -174,7 +183,12 @@ class HybridRetriever:
                     bar.update(len(chunk))
                     continue
                 texts = [d.full_text for d in batch]
-                enc = encoder.encode_documents(texts, batch_size=batch_size, show_progress=False)
+                ids = [d.id for d in batch]
+                enc = cache.get(chunk_no, ids) if cache is not None else None
+                if enc is None:
+                    enc = encoder.encode_documents(texts, batch_size=batch_size, show_progress=False)
+                    if cache is not None:
+                        cache.put(chunk_no, ids, enc)
                 docs_w.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch])
                 if dense_w is not None:
                     dense_w.add(enc.dense)
@@ -207,6 +221,9 @@ class HybridRetriever:
                     w.abort()
             shutil.rmtree(gen, ignore_errors=True)
             raise
+        if cache is not None:
+            logger.info("encoding cache %s: %d chunks reused, %d encoded (%.0f MB; remove it when done)",
+                        cache.root, cache.hits, cache.misses, cache.nbytes() / 1e6)
         self.manifest = {"num_docs": row, "skipped_empty": skipped}
         self._open(gen, row)
         logger.info("indexed %d documents", row)

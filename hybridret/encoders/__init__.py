@@ -6,6 +6,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from .base import EncodedBatch, Encoder
+from .cache import EncodingCache
 from .dense import DenseEncoder
 from .joint import JointEncoder
 from .paired import PairedEncoder
@@ -15,6 +16,7 @@ __all__ = [
     "DenseEncoder",
     "EncodedBatch",
     "Encoder",
+    "EncodingCache",
     "JointEncoder",
     "PairedEncoder",
     "SpladeEncoder",
