@@ -43,6 +43,8 @@ def write_json(path: Path, data: Any) -> None:
 
 def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     def fmt(v: Any) -> str:
+        if v is None:
+            return ""
         if isinstance(v, float):
             return f"{v:.3f}" if abs(v) < 100 else f"{v:,.0f}"
         return str(v)

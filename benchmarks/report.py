@@ -2,8 +2,9 @@
 
     python benchmarks/report.py
 
-Reads core-*.json (benchmarks/core.py), sparse-exact.json (benchmarks/sparse_exact.py) and
-fusion.json (benchmarks/fusion.py); whatever is missing is skipped with a note.
+Reads peers-*.json (beir.py, msmarco.py), scale.json (scale.py), core-*.json (core.py),
+sparse-exact.json (sparse_exact.py), train-*.json (train_eval.py), gqr-sensitivity.json and
+fusion.json; whatever is missing is skipped. Also draws docs/img/*.png (matplotlib).
 """
 
 from __future__ import annotations
@@ -11,14 +12,181 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, table  # noqa: E402
+from _suite import tables  # noqa: E402
+
+IMG = ROOT / "docs" / "img"
+PAIRS = {("bm25s", "BM25"): "BM25", ("pyserini", "BM25"): "BM25",
+         ("pyserini", "learned sparse (impact, same SPLADE vectors ×100)"): "learned sparse (SPLADE-tiny)",
+         ("FAISS IndexFlatIP (direct)", "dense (same vectors)"): "dense (MiniLM)",
+         ("sentence-transformers semantic_search", "dense (same vectors)"): "dense (MiniLM)"}
 
 
-def main() -> int:
+def _peer_results() -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(RESULTS.glob("peers-*.json"))]
+
+
+def _first_topics(r: dict) -> tuple[str, dict]:
+    name = next(iter(r["topics"]))
+    return name, r["topics"][name]
+
+
+def headline(results: list[dict]) -> str:
+    """nDCG@10 of every system/method (rows) on every collection (columns)."""
+    cols, rows = [], {}
+    for r in results:
+        _, t = _first_topics(r)
+        cols.append(r["collection"])
+        for row in t["rows"]:
+            key = f"{row['system']}: {row['method']}"
+            rows.setdefault(key, {"system / method": key})[r["collection"]] = row["ndcg@10"]
+    for row in rows.values():
+        vals = [row[c] for c in cols if c in row]
+        row["avg"] = sum(vals) / len(vals) if len(vals) == len(cols) else None
+    return table(list(rows.values()), ["system / method", *cols, "avg"])
+
+
+def ratios(results: list[dict]) -> tuple[str, list[dict]]:
+    """hybridret ÷ peer queries/s per collection, and rows for the ahead/behind summary."""
+    out = []
+    for r in results:
+        _, t = _first_topics(r)
+        for row in t["rows"]:
+            if row["system"] == "hybridret" or row.get("hybridret ÷ peer, all cores") is None:
+                continue
+            out.append({"collection": r["collection"], "docs": r["docs"], "peer": f"{row['system']}: {row['method']}",
+                        "÷ 1 thread": row.get("hybridret ÷ peer, 1 thread"),
+                        "÷ all cores": row.get("hybridret ÷ peer, all cores")})
+    return table(out, ["peer", "collection", "docs", "÷ 1 thread", "÷ all cores"]), out
+
+
+def plots(results: list[dict], scale: dict | None) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    IMG.mkdir(parents=True, exist_ok=True)
+    made = []
+    n = len(results)
+    if n:
+        cols = min(3, n)
+        fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(5 * cols, 4 * ((n + cols - 1) // cols)), squeeze=False)
+        for ax, r in zip(axes.flat, results):
+            _, t = _first_topics(r)
+            metric = "recall@100" if r["collection"].startswith("limit") else "ndcg@10"
+            for row in t["rows"]:
+                qps = row.get("q/s all cores")
+                if not qps or row["system"].startswith("ranx"):
+                    continue
+                ax.scatter(1e3 / qps, row[metric], marker="o" if row["system"] == "hybridret" else "x")
+                ax.annotate(f"{row['system'].split()[0]}: {row['method'].split(' (')[0]}", (1e3 / qps, row[metric]),
+                            fontsize=7)
+            ax.set_xscale("log")
+            ax.set_title(f"{r['collection']} ({r['docs']:,} docs)")
+            ax.set_xlabel("ms per query (all cores, pre-encoded queries)")
+            ax.set_ylabel(metric)
+        for ax in list(axes.flat)[n:]:
+            ax.axis("off")
+        fig.tight_layout()
+        fig.savefig(IMG / "quality-vs-latency.png", dpi=110)
+        plt.close(fig)
+        made.append("quality-vs-latency.png")
+    if scale:
+        made += scale_plots(scale, plt)
+    return made
+
+
+SCALE_COLS = ["size", "index", "build_s", "docs/s", "disk_MB", "rss_MB", "build_peak_MB", "ms_median", "ms_p95",
+              "qps_all", "x_ref", "recall10", "exact_top10"]
+
+
+def scale_plots(scale: dict, plt: Any) -> list[str]:
+    series: dict[str, list[dict]] = {}
+    for row in scale["results"]:
+        series.setdefault(row["index"], []).append(row)
+    made = []
+    for key, ylabel, fname in (("ms_median", "median ms per query, 1 thread", "scale-latency.png"),
+                               ("rss_MB", "resident memory of the loaded index, MB", "scale-memory.png")):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for name, rows in series.items():
+            pts = [(r["size"], r[key]) for r in rows if r.get(key) is not None]
+            if len(pts) > 0 and all(v > 0 for _, v in pts):
+                ax.plot(*zip(*pts), marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("documents (synthetic vectors)")
+        ax.set_ylabel(ylabel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(IMG / fname, dpi=110)
+        plt.close(fig)
+        made.append(fname)
+    return made
+
+
+def scale_section(scale: dict, images: list[str]) -> str:
+    parts = ["## Scale curve (synthetic vectors)\n",
+             f"`python benchmarks/scale.py`: **synthetic** dense and learned-sparse vectors whose statistics were fitted "
+             f"from {scale['fitted_from']} (not encoded text: encoding 1M passages would take days on 2 cores). "
+             f"{scale['queries']} queries, k={scale['k']}; ms = one thread; q/s = all cores; rss_MB = resident memory "
+             "added by loading the index; x_ref = hybridret's median latency ÷ the reference's (FAISS called directly "
+             "for dense, scipy `q @ D.T` one query at a time for sparse).\n"]
+    for sk in scale.get("skipped", []):
+        parts.append(f"Size {sk['size']:,} skipped: it would have taken about {sk['estimated_minutes']:.0f} minutes.\n")
+    parts.append(table(scale["results"], [c for c in SCALE_COLS if any(c in r for r in scale["results"])]) + "\n")
+    for img in ("scale-latency.png", "scale-memory.png"):
+        if img in images:
+            parts.append(f"![{img[:-4]}](img/{img})\n")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    global RESULTS, IMG
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--results", type=Path, default=RESULTS, help="JSON folder (default benchmarks/results)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md", help="markdown to write")
+    args = ap.parse_args(argv)
+    RESULTS, IMG = args.results, args.out.parent / "img"
     parts = ["# Benchmarks\n", "Generated by `python benchmarks/report.py` from `benchmarks/results/*.json`. All runs on the "
-             "project's CPU machine (2 cores, no GPU): absolute times are for comparison within a table only.\n"]
+             "project's CPU machine (2 cores, no GPU): absolute times are for comparison within a table only; "
+             "ratios (hybridret ÷ peer, above 1 = hybridret faster) were measured in the same run on the same data.\n"]
+    results = _peer_results()
+    scale_file = RESULTS / "scale.json"
+    scale = json.loads(scale_file.read_text()) if scale_file.is_file() else None
+    images = plots(results, scale)
+    if results:
+        parts.append("## hybridret and its peers: quality (nDCG@10)\n")
+        parts.append("`python benchmarks/beir.py` (every folder in ../shared/data) and `python benchmarks/msmarco.py`. "
+                     "Each system searched the same corpus with the same query texts; dense peers searched hybridret's own "
+                     "vectors and pyserini impact search hybridret's own SPLADE vectors (weights × 100, rounded), so "
+                     "differences there come from the engine, not the model.\n")
+        parts.append(headline(results) + "\n")
+        if "quality-vs-latency.png" in images:
+            parts.append("![quality vs latency](img/quality-vs-latency.png)\n")
+        rt, _ = ratios(results)
+        parts.append("## Speed: hybridret ÷ peer, queries per second\n")
+        parts.append("Pre-encoded queries, k=10, best of 3 timed rounds. Above 1: hybridret is faster. ranx rows compare "
+                     "the fusion step alone (hybridret's `fuse()` on the same candidates).\n")
+        parts.append(rt + "\n")
+        parts.append("## Per collection\n")
+        for r in results:
+            parts.append(tables(r, r.get("kind", "beir")) + "\n")
+            if "projection_full_collection" in r:
+                p = r["projection_full_collection"]
+                parts.append("Projected for the full 8.8M passages (linear in this run's bytes per passage): "
+                             + ", ".join(f"{k} {v / 1e9:.1f} GB" for k, v in p["bytes_on_disk_flat_fp32"].items())
+                             + f"; dense as IVF-PQ64 {p['dense_bytes_ivfpq64'] / 1e9:.1f} GB, as SQfp16 "
+                             f"{p['dense_bytes_sqfp16'] / 1e9:.1f} GB.\n")
+    if scale:
+        parts.append(scale_section(scale, images))
     for path in sorted(RESULTS.glob("core-*.json")):
         r = json.loads(path.read_text())
         parts.append(f"## Core engine: {r['collection']}\n")
@@ -69,7 +237,7 @@ def main() -> int:
     fusion = ROOT / "docs" / "fusion.md"
     if fusion.is_file():
         parts.append("## Fusion\n\nSee [fusion.md](fusion.md) (`python benchmarks/fusion.py`).\n")
-    out = ROOT / "docs" / "benchmarks.md"
+    out = args.out
     out.write_text("\n".join(parts))
     print(f"wrote {out}")
     return 0

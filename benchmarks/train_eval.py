@@ -68,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-length", type=int, default=128)
     ap.add_argument("--flops-query", type=float, default=3e-4)
     ap.add_argument("--flops-doc", type=float, default=1e-4)
+    ap.add_argument("--teacher", default=None, help="'paired' (the packaged models' scores) or a TREC run file")
+    ap.add_argument("--distill-weight", type=float, default=1.0)
+    ap.add_argument("--dense-weight", type=float, default=1.0)
+    ap.add_argument("--sparse-weight", type=float, default=1.0)
+    ap.add_argument("--tag", default="", help="suffix for the results file and work folders (e.g. distill)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None)
     args = ap.parse_args(argv)
@@ -79,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     half = len(judged) // 2
     train_q = {judged[i]: queries[judged[i]] for i in order[:half]}
     test_q = {judged[i]: queries[judged[i]] for i in order[half:]}
-    work = ROOT / "indexes" / f"train-{name}"
+    tag = f"-{args.tag}" if args.tag else ""
+    work = ROOT / "indexes" / f"train-{name}{tag}"
     print(f"{name}: {len(train_q)} training / {len(test_q)} test queries, {args.steps} steps")
     rows, negatives = [], None
     for key in args.models:
@@ -97,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         config = TrainConfig(model=MODELS[key], output_dir=str(work / f"{key}-trained"), steps=args.steps,
                              batch_size=args.batch_size, n_negatives=args.negatives, lr=args.lr,
                              warmup_steps=max(1, args.steps // 10), max_length=args.max_length,
-                             flops_query=args.flops_query, flops_doc=args.flops_doc,
+                             flops_query=args.flops_query, flops_doc=args.flops_doc, teacher=args.teacher,
+                             distill_weight=args.distill_weight, dense_weight=args.dense_weight,
+                             sparse_weight=args.sparse_weight,
                              checkpoint_every=max(args.steps, 1), seed=args.seed, device=args.device,
                              data=f"{args.data} (train half, seed {args.seed})")
         start = time.perf_counter()
@@ -110,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table([row], list(row)))
     cols = ["model", "stage", *[f"{m} nDCG@10" for m in METHODS], "terms/query", "terms/doc", "ms/doc", "train s"]
     print("\n" + table(rows, cols))
-    write_json(RESULTS / f"train-{name}.json", {"data": str(args.data), "args": {k: str(v) for k, v in vars(args).items()},
+    write_json(RESULTS / f"train-{name}{tag}.json", {"data": str(args.data), "args": {k: str(v) for k, v in vars(args).items()},
                                                "train_queries": len(train_q), "test_queries": len(test_q),
                                                "rows": rows, "machine": machine()})
     return 0

@@ -193,9 +193,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     retriever = _build_retriever(args, faiss_factory=args.faiss, sparse_scheme=args.sparse_scheme,
                                  sparse_bits=args.sparse_bits,
                                  bm25=not args.no_bm25, store_text=not args.no_text)
-    import time
-
     import shutil
+    import time
 
     cache = None if args.no_encode_cache else Path(args.encode_cache or out / "encode-cache")
     if cache is not None and (cache / "cache.json").is_file():

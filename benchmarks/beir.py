@@ -1,0 +1,76 @@
+"""hybridret and its peers on BEIR-format folders: quality, queries/s ratios, build throughput, memory.
+
+    python benchmarks/beir.py [FOLDER ...] [--no-peers] [--depth 1000] [--rebuild]
+
+FOLDER defaults to every collection in ../shared/data. Each folder needs corpus.jsonl, queries.jsonl
+and qrels/test.tsv. hybridret's index is built once into indexes/bench-<name> (resumable: encoded
+chunks are cached beside it until the build completes). Peers, built fresh in the same run on the
+same documents: bm25s; pyserini BM25 and impact search over hybridret's own SPLADE vectors when
+pyserini and Java 21+ are present (skipped with the reason otherwise); FAISS IndexFlatIP and
+sentence-transformers semantic_search on hybridret's own dense vectors; ranx RRF / min-max fusion.
+Folders whose name starts with "limit" are reported with Recall@2, Recall@100 and nDCG@10.
+Writes benchmarks/results/peers-<name>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import peers  # noqa: E402
+from _common import ROOT, SHARED, machine, write_json  # noqa: E402
+from _suite import Collection, Topics, results_path, run_collection, tables  # noqa: E402
+
+from hybridret import CorpusReader, load_beir  # noqa: E402
+
+
+def beir_collection(folder: Path) -> Collection:
+    corpus, queries, qrels = load_beir(folder)
+    n = sum(1 for line in open(corpus.file, "rb") if line.strip()) if not str(corpus.file).endswith(".gz") else None
+    level = 2 if "msmarco" in folder.name else 1
+    return Collection(folder.name, lambda: CorpusReader(folder, format="beir"),
+                      [Topics("test", queries, qrels, level)], num_docs=n)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("folders", nargs="*", type=Path)
+    ap.add_argument("--depth", type=int, default=1000, help="ranking depth scored per system (default 1000)")
+    ap.add_argument("--no-peers", action="store_true", help="hybridret only")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild hybridret's index even if one exists")
+    ap.add_argument("--index-root", type=Path, default=ROOT / "indexes", help="where bench-<name> indexes live")
+    ap.add_argument("--results", type=Path, default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--quick", action="store_true", help="one short timing round (smoke tests)")
+    args = ap.parse_args(argv)
+    if args.quick:
+        peers.TIMING.update(min_seconds=0.01, rounds=1)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("hybridret", "sentence_transformers", "bm25s", "faiss"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    folders = args.folders or sorted(p for p in SHARED.iterdir() if (p / "corpus.jsonl").is_file())
+    if not folders:
+        print(f"no BEIR folders given and none found in {SHARED}", file=sys.stderr)
+        return 2
+    for folder in folders:
+        if not (folder / "corpus.jsonl").is_file() and not (folder / "corpus.jsonl.gz").is_file():
+            print(f"{folder}: not a BEIR folder (no corpus.jsonl)", file=sys.stderr)
+            return 2
+    for folder in folders:
+        coll = beir_collection(folder)
+        out = results_path(coll.name) if args.results is None else args.results / f"peers-{coll.name}.json"
+        previous = json.loads(out.read_text()) if out.is_file() else None
+        res = run_collection(coll, args.index_root / f"bench-{coll.name}", depth=args.depth,
+                             use_peers=not args.no_peers, previous=previous, rebuild=args.rebuild)
+        res["machine"] = machine()
+        res["kind"] = "limit" if coll.name.startswith("limit") else "beir"
+        print("\n" + tables(res, res["kind"]))
+        write_json(out, res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Smoke run of the benchmark scripts on a tiny slice of the bundled sample (CI keeps them working).
+
+The scripts run as a user would run them (subprocesses), with --quick timing, into temporary
+folders; peers that are not installed (CI installs only the test extra) are skipped by the
+scripts themselves, which this also checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "hybridret" / "resources" / "sample"
+BENCH = ROOT / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """A 60-passage BEIR folder and the same data as MS MARCO-style TSV files."""
+    root = tmp_path_factory.mktemp("tiny")
+    docs = [json.loads(line) for line in (SAMPLE / "corpus.jsonl").read_text().splitlines()[:60]]
+    ids = {d["_id"] for d in docs}
+    qrels = [line.split("\t") for line in (SAMPLE / "qrels.tsv").read_text().splitlines()[1:]]
+    qrels = [q for q in qrels if q[1] in ids]
+    queries = {json.loads(line)["_id"]: json.loads(line)["text"] for line in (SAMPLE / "queries.jsonl").read_text().splitlines()}
+    queries = {q: t for q, t in queries.items() if any(r[0] == q for r in qrels)}
+    assert len(queries) >= 3, "the slice must keep some judged queries"
+    beir = root / "tiny-beir"
+    (beir / "qrels").mkdir(parents=True)
+    (beir / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, t in queries.items()))
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join("\t".join(r) + "\n" for r in qrels))
+    tsv = root / "tsv"
+    tsv.mkdir()
+    (tsv / "collection.tsv").write_text("".join(f"{d['_id']}\t{d['text']}\n" for d in docs))
+    (tsv / "queries.tsv").write_text("".join(f"{q}\t{t}\n" for q, t in queries.items()))
+    (tsv / "qrels.txt").write_text("".join(f"{r[0]} 0 {r[1]} {r[2].strip()}\n" for r in qrels))
+    return root
+
+
+def _run(*args: str | Path, cwd: Path) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{args[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def test_beir_msmarco_and_report_scripts(tiny, tmp_path):
+    res, idx = tmp_path / "results", tmp_path / "indexes"
+    out = _run(BENCH / "beir.py", tiny / "tiny-beir", "--quick", "--depth", "100", "--index-root", idx, "--results", res,
+               cwd=tmp_path)
+    assert "hybrid (GQR, default)" in out and "FAISS IndexFlatIP" in out
+    beir = json.loads((res / "peers-tiny-beir.json").read_text())
+    rows = beir["topics"]["test"]["rows"]
+    ours = {r["method"]: r for r in rows if r["system"] == "hybridret"}
+    assert set(ours) >= {"dense (MiniLM)", "BM25", "hybrid (GQR, default)"}
+    assert all(0 < r["ndcg@10"] <= 1 for r in ours.values())
+    faiss_row = next(r for r in rows if r["system"].startswith("FAISS"))
+    assert faiss_row["ndcg@10"] == pytest.approx(ours["dense (MiniLM)"]["ndcg@10"], abs=1e-3)  # same vectors
+    assert beir["build"]["hybridret"]["docs"] == 60
+    # each peer either ran or says why it was skipped (CI installs none of bm25s, sentence-transformers, pyserini)
+    for peer in ("bm25s", "sentence-transformers", "pyserini"):
+        ran = any(r["system"].startswith(peer) for r in rows)
+        assert ran or "skipped" in beir["build"].get(peer, {}), peer
+
+    tsv = tiny / "tsv"
+    out = _run(BENCH / "msmarco.py", "--collection", tsv / "collection.tsv", "--queries", tsv / "queries.tsv",
+               "--qrels", tsv / "qrels.txt", "--name", "tiny-msmarco", "--quick", "--no-peers", "--depth", "100",
+               "--index-root", idx, "--results", res, cwd=tmp_path)
+    assert "projected for 8,841,823 passages" in out
+    ms = json.loads((res / "peers-tiny-msmarco.json").read_text())
+    dev = {r["method"]: r for r in ms["topics"]["dev-small"]["rows"]}
+    assert dev["dense (MiniLM)"]["mrr@10"] == pytest.approx(ours["dense (MiniLM)"]["mrr@10"], abs=1e-3)
+
+    _run(BENCH / "report.py", "--results", res, "--out", tmp_path / "docs" / "benchmarks.md", cwd=tmp_path)
+    md = (tmp_path / "docs" / "benchmarks.md").read_text()
+    assert "tiny-beir" in md and "tiny-msmarco" in md and "hybridret ÷ peer" in md
+
+
+def test_scale_script_quick(tmp_path):
+    if not (ROOT / "indexes" / "bench-msmarco-dl19-pool").is_dir() and not (BENCH / "scale.py").is_file():
+        pytest.skip("scale.py needs a fitted index")
+    out = _run(BENCH / "scale.py", "--quick", "--out", tmp_path / "scale.json", cwd=tmp_path)
+    assert "SYNTHETIC" in out
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert data["synthetic"] is True and data["sizes_done"] == [2000, 5000]
