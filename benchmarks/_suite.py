@@ -57,8 +57,8 @@ def _dir_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
 
 
-def build_or_load(coll: Collection, index_dir: Path, previous: dict[str, Any] | None, batch_size: int = 32,
-                  rebuild: bool = False, settings: dict[str, Any] | None = None) -> tuple[HybridRetriever, dict[str, Any]]:
+def build_or_load(coll: Collection, index_dir: Path, batch_size: int = 32, rebuild: bool = False,
+                  settings: dict[str, Any] | None = None, build_sample: int = 500) -> tuple[HybridRetriever, dict[str, Any]]:
     """Load ``index_dir``, building it first (resumable: encoded chunks are cached beside it)."""
     build: dict[str, Any] = {}
     if rebuild or not (index_dir / "manifest.json").exists():
@@ -77,8 +77,22 @@ def build_or_load(coll: Collection, index_dir: Path, previous: dict[str, Any] | 
         import shutil
 
         shutil.rmtree(cache, ignore_errors=True)
-    elif previous and "build" in previous:
-        build = {**previous["build"], "from_an_earlier_run": True}
+    elif build_sample:
+        # the index exists: time a fresh build of the first documents, so every run measures its own rate
+        import itertools
+
+        sample = list(itertools.islice(iter(coll.documents()), build_sample))
+        fresh = HybridRetriever.from_models(**(settings or {}))
+        fresh.encoder.encode_documents(["warm up"])
+        with tempfile.TemporaryDirectory() as tmp, peers.peak_rss() as mem:
+            start = time.perf_counter()
+            fresh.index(sample, batch_size=batch_size, workdir=tmp)
+            fresh.save(Path(tmp) / "saved")
+            took = time.perf_counter() - start
+        build = {"docs": len(sample), "seconds": took, "docs_per_s": len(sample) / took,
+                 "peak_rss_delta_bytes": mem["peak_delta"],
+                 "note": f"fresh build of the first {len(sample):,} documents, encoding included"}
+        del fresh
     r = HybridRetriever.load(index_dir)
     gen = r._generation
     assert gen is not None
@@ -266,9 +280,10 @@ def _has(module: str) -> bool:
 
 
 def run_collection(coll: Collection, index_dir: Path, *, depth: int = 1000, use_peers: bool = True,
-                   previous: dict[str, Any] | None = None, rebuild: bool = False, settings: dict[str, Any] | None = None,
-                   batch_size: int = 32) -> dict[str, Any]:
-    r, build = build_or_load(coll, index_dir, previous, batch_size=batch_size, rebuild=rebuild, settings=settings)
+                   rebuild: bool = False, settings: dict[str, Any] | None = None, batch_size: int = 32,
+                   build_sample: int = 500) -> dict[str, Any]:
+    r, build = build_or_load(coll, index_dir, batch_size=batch_size, rebuild=rebuild, settings=settings,
+                             build_sample=build_sample)
     result: dict[str, Any] = {"collection": coll.name, "docs": r.num_docs, "build": {"hybridret": build},
                               "notes": coll.notes, "topics": {}}
     with tempfile.TemporaryDirectory(prefix="hybridret-peers-") as tmp:

@@ -15,7 +15,6 @@ Writes benchmarks/results/peers-<name>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -44,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild", action="store_true", help="rebuild hybridret's index even if one exists")
     ap.add_argument("--index-root", type=Path, default=ROOT / "indexes", help="where bench-<name> indexes live")
     ap.add_argument("--results", type=Path, default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--build-sample", type=int, default=500,
+                    help="when the index already exists, time a fresh build of this many documents (0: skip)")
     ap.add_argument("--quick", action="store_true", help="one short timing round (smoke tests)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -62,9 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     for folder in folders:
         coll = beir_collection(folder)
         out = results_path(coll.name) if args.results is None else args.results / f"peers-{coll.name}.json"
-        previous = json.loads(out.read_text()) if out.is_file() else None
         res = run_collection(coll, args.index_root / f"bench-{coll.name}", depth=args.depth,
-                             use_peers=not args.no_peers, previous=previous, rebuild=args.rebuild)
+                             use_peers=not args.no_peers, rebuild=args.rebuild, build_sample=args.build_sample)
         res["machine"] = machine()
         res["kind"] = "limit" if coll.name.startswith("limit") else "beir"
         print("\n" + tables(res, res["kind"]))

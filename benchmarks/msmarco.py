@@ -22,7 +22,6 @@ build rate (docs/benchmarks.md has the plan for a GPU machine).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
@@ -95,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--index-root", type=Path, default=ROOT / "indexes")
     ap.add_argument("--results", type=Path, default=None)
+    ap.add_argument("--build-sample", type=int, default=500,
+                    help="when the index already exists, time a fresh build of this many documents (0: skip)")
     ap.add_argument("--quick", action="store_true", help="one short timing round (smoke tests)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -104,9 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     coll = collection_from_args(args)
     out = results_path(coll.name) if args.results is None else args.results / f"peers-{coll.name}.json"
-    previous = json.loads(out.read_text()) if out.is_file() else None
     res = run_collection(coll, args.index_root / f"bench-{coll.name}", depth=args.depth, use_peers=not args.no_peers,
-                         previous=previous, rebuild=args.rebuild,
+                         rebuild=args.rebuild, build_sample=args.build_sample,
                          settings={"faiss_factory": args.faiss}, batch_size=args.batch_size)
     res["machine"] = machine()
     res["kind"] = "msmarco"

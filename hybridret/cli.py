@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="tantivy encoding of learned weights (default: planes); results are exact either way")
     p.add_argument("--sparse-bits", type=int, default=6,
                    help="bit planes (or, with --sparse-scheme buckets, buckets) per term (default: 6)")
+    p.add_argument("--sparse-max-weight", type=float, default=5.0,
+                   help="learned weights are quantised on [0, this]; larger ones are clipped in tantivy but still "
+                        "scored exactly (default: 5.0)")
     p.add_argument("--no-bm25", action="store_true", help="do not index text for BM25")
     p.add_argument("--no-text", action="store_true", help="do not store document texts")
     p.add_argument("--on-empty", choices=("skip", "error"), default="skip", help="empty documents (default: skip)")
@@ -191,7 +194,7 @@ def _cmd_index(args: argparse.Namespace) -> int:
         raise IndexExistsError(f"an index already exists at {out}; pass --overwrite to replace it")
     reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
     retriever = _build_retriever(args, faiss_factory=args.faiss, sparse_scheme=args.sparse_scheme,
-                                 sparse_bits=args.sparse_bits,
+                                 sparse_bits=args.sparse_bits, sparse_max_weight=args.sparse_max_weight,
                                  bm25=not args.no_bm25, store_text=not args.no_text)
     import shutil
     import time
@@ -246,6 +249,9 @@ def _print_hits(hits: Any, i: int, *, width: int = 100) -> None:
 def _cmd_search(args: argparse.Namespace) -> int:
     from .retriever import HybridRetriever
 
+    if args.candidates is not None and args.method in ("dense", "sparse", "bm25"):
+        raise HybridRetError(f"--candidates sets the per-retriever depth of fused methods; --method {args.method} "
+                             "is a single retriever (use -k for its depth)")
     retriever = HybridRetriever.load(args.index, device=args.device)
     query = " ".join(args.query)
     hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates)

@@ -62,6 +62,16 @@ def test_search_each_method_text_output(built, capsys, method):
     assert "1. bread" in out
 
 
+def test_candidates_only_for_fused_methods(built, capsys):
+    assert main(["-q", "search", str(built), "yeast", "--method", "dense", "--candidates", "50"]) == 1
+    assert "--candidates" in capsys.readouterr().err
+    assert main(["-q", "search", str(built), "yeast", "--method", "rrf", "--candidates", "2", "-k", "2"]) == 0
+
+
+def test_default_encode_cache_is_removed_after_a_build(built):
+    assert not (built / "encode-cache").exists()
+
+
 def test_info_json_and_text(built, capsys):
     assert main(["-q", "info", str(built), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)

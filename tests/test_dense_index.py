@@ -198,3 +198,16 @@ def test_gpu_flat_matches_cpu(built, data, truth):
     rows, scores = gpu.search(queries, K)
     assert recall(rows, truth[0]) >= 0.99
     np.testing.assert_allclose(scores, gpu.score(queries, rows), atol=1e-4)
+
+
+@pytest.mark.skipif(not gpu_available(), reason="needs FAISS with a usable GPU")
+def test_gpu_search_above_faiss_gpu_k_limit(built, data):
+    from hybridret.index.dense import GPU_MAX_K
+
+    _, queries = data
+    gpu, cpu = DenseIndex(built["Flat"], device="cuda"), DenseIndex(built["Flat"], device="cpu")
+    k = min(GPU_MAX_K + 100, gpu.num_docs)
+    if k <= GPU_MAX_K:
+        pytest.skip("the test corpus is smaller than FAISS GPU's k limit")
+    rows, scores = gpu.search(queries[:4], k)
+    np.testing.assert_allclose(scores, cpu.search(queries[:4], k)[1], atol=1e-4)

@@ -24,6 +24,7 @@ FORMAT = "hybridret-dense-v1"
 _METRICS = ("ip", "l2")
 _TRAIN_SAMPLE = 262_144
 _ADD_CHUNK = 65_536
+GPU_MAX_K = 2048  # largest k FAISS GPU indexes can return
 
 
 def gpu_available() -> bool:
@@ -144,6 +145,7 @@ class DenseIndex:
         elif device not in (None, "auto", "cpu"):
             raise ConfigError(f"device {device!r} requested but FAISS has no usable GPU")
         self.index = index
+        self._cpu_copy: Any = None
         if search_params:
             self.set_search_params(search_params)
 
@@ -204,7 +206,16 @@ class DenseIndex:
         q = self._check(queries)
         if len(q) == 0:
             return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
-        scores, rows = self.index.search(q, min(k, max(1, self.num_docs)))
+        kk = min(k, max(1, self.num_docs))
+        index = self.index
+        if self.device == "cuda" and kk > GPU_MAX_K:  # FAISS GPU kernels select at most 2048 per query
+            if self._cpu_copy is None:
+                import faiss
+
+                logger.info("k=%d is above FAISS GPU's limit of %d: searching a CPU copy of the index", kk, GPU_MAX_K)
+                self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
+            index = self._cpu_copy
+        scores, rows = index.search(q, kk)
         rows = rows.astype(np.int64)
         if rows.shape[1] < k:
             pad = k - rows.shape[1]
