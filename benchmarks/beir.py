@@ -35,10 +35,22 @@ def beir_collection(folder: Path) -> Collection:
                       [Topics("test", queries, qrels, level)], num_docs=n)
 
 
+def irds_collection(dataset_id: str) -> Collection:
+    """An ir_datasets id whose files are already on this machine (nothing is downloaded)."""
+    from hybridret import load_ir_dataset
+
+    _, queries, qrels = load_ir_dataset(dataset_id)
+    level = 2 if any(g >= 2 for d in qrels.values() for g in d.values()) and "msmarco" in dataset_id else 1
+    return Collection(dataset_id.replace("/", "_"), lambda: load_ir_dataset(dataset_id)[0],
+                      [Topics("test", queries, qrels, level)], notes=[f"ir_datasets {dataset_id}"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", type=Path)
-    ap.add_argument("--depth", type=int, default=1000, help="ranking depth scored per system (default 1000)")
+    ap.add_argument("--irds", nargs="+", default=[], metavar="ID",
+                    help="also run ir_datasets ids whose data is already local (e.g. beir/scifact/test)")
+    ap.add_argument("--depth", type=int, default=100, help="ranking depth scored per system (default 100)")
     ap.add_argument("--no-peers", action="store_true", help="hybridret only")
     ap.add_argument("--rebuild", action="store_true", help="rebuild hybridret's index even if one exists")
     ap.add_argument("--index-root", type=Path, default=ROOT / "indexes", help="where bench-<name> indexes live")
@@ -52,16 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     for noisy in ("hybridret", "sentence_transformers", "bm25s", "faiss"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    folders = args.folders or sorted(p for p in SHARED.iterdir() if (p / "corpus.jsonl").is_file())
-    if not folders:
+    folders = args.folders or ([] if args.irds else sorted(p for p in SHARED.iterdir() if (p / "corpus.jsonl").is_file()))
+    if not folders and not args.irds:
         print(f"no BEIR folders given and none found in {SHARED}", file=sys.stderr)
         return 2
     for folder in folders:
         if not (folder / "corpus.jsonl").is_file() and not (folder / "corpus.jsonl.gz").is_file():
             print(f"{folder}: not a BEIR folder (no corpus.jsonl)", file=sys.stderr)
             return 2
-    for folder in folders:
-        coll = beir_collection(folder)
+    for coll in [*(beir_collection(f) for f in folders), *(irds_collection(i) for i in args.irds)]:
         out = results_path(coll.name) if args.results is None else args.results / f"peers-{coll.name}.json"
         res = run_collection(coll, args.index_root / f"bench-{coll.name}", depth=args.depth,
                              use_peers=not args.no_peers, rebuild=args.rebuild, build_sample=args.build_sample)

@@ -9,6 +9,7 @@ fusion.json; whatever is missing is skipped. Also draws docs/img/*.png (matplotl
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from pathlib import Path
@@ -61,6 +62,35 @@ def ratios(results: list[dict]) -> tuple[str, list[dict]]:
                         "÷ 1 thread": row.get("hybridret ÷ peer, 1 thread"),
                         "÷ all cores": row.get("hybridret ÷ peer, all cores")})
     return table(out, ["peer", "collection", "docs", "÷ 1 thread", "÷ all cores"]), out
+
+
+def summary(rows: list[dict], results: list[dict]) -> str:
+    """Per peer: geometric-mean speed ratio over the collections, and the quality difference."""
+    import math
+
+    by: dict[str, list[dict]] = {}
+    for row in rows:
+        by.setdefault(row["peer"], []).append(row)
+    quality: dict[str, list[float]] = {}
+    for r in results:
+        _, t = _first_topics(r)
+        ours = {row["method"]: row for row in t["rows"] if row["system"] == "hybridret"}
+        for row in t["rows"]:
+            mine = ours.get(PAIRS.get((row["system"], row["method"]), ""))
+            if row["system"] != "hybridret" and mine is not None and row.get("ndcg@10") is not None:
+                quality.setdefault(f"{row['system']}: {row['method']}", []).append(mine["ndcg@10"] - row["ndcg@10"])
+    out = []
+    for peer, rs in by.items():
+        def gm(key: str) -> float | None:
+            vals = [x[key] for x in rs if x.get(key)]
+            return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
+        g1, ga = gm("÷ 1 thread"), gm("÷ all cores")
+        dq = quality.get(peer)
+        verdict = "ahead" if (ga or g1 or 0) > 1 else "behind"
+        out.append({"peer": peer, "collections": len(rs), "speed ÷, 1 thread (geo-mean)": g1,
+                    "speed ÷, all cores (geo-mean)": ga, "hybridret speed": verdict,
+                    "nDCG@10 hybridret − peer (mean)": sum(dq) / len(dq) if dq else None})
+    return table(out, list(out[0].keys())) if out else ""
 
 
 def plots(results: list[dict], scale: dict | None) -> list[str]:
@@ -171,11 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         parts.append(headline(results) + "\n")
         if "quality-vs-latency.png" in images:
             parts.append("![quality vs latency](img/quality-vs-latency.png)\n")
-        rt, _ = ratios(results)
+        rt, ratio_rows = ratios(results)
         parts.append("## Speed: hybridret ÷ peer, queries per second\n")
         parts.append("Pre-encoded queries, k=10, best of 3 timed rounds. Above 1: hybridret is faster. ranx rows compare "
-                     "the fusion step alone (hybridret's `fuse()` on the same candidates).\n")
-        parts.append(rt + "\n")
+                     "the fusion step alone (hybridret's `fuse()` on the same candidates). Summary over the collections "
+                     "(the nDCG@10 difference is against the hybridret method doing the same job):\n")
+        parts.append(summary(ratio_rows, results) + "\n")
+        parts.append("<details><summary>every collection</summary>\n\n" + rt + "\n\n</details>\n")
         parts.append("## Per collection\n")
         for r in results:
             parts.append(tables(r, r.get("kind", "beir")) + "\n")
@@ -221,8 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         r = json.loads(path.read_text())
         a = r["args"]
         parts.append(f"## Training: {path.stem}\n")
-        parts.append(f"`python benchmarks/train_eval.py --data {a['data']} --steps {a['steps']} --lr {a['lr']} "
-                     f"--flops-query {a['flops_query']} --flops-doc {a['flops_doc']}` "
+        flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in sorted(a.items())
+                         if k not in ("data", "models", "device", "tag") and v not in ("None", ""))
+        parts.append(f"`python benchmarks/train_eval.py --data {a['data']} --models {' '.join(ast.literal_eval(a['models']))} "
+                     f"{flags}` "
                      f"({r['train_queries']} training / {r['test_queries']} test queries; test nDCG@10).\n")
         cols = ["model", "stage", "dense nDCG@10", "sparse nDCG@10", "hybrid nDCG@10", "terms/query", "terms/doc",
                 "ms/doc", "train s"]

@@ -102,6 +102,28 @@ class DenseIndexBuilder:
         self.vectors.abort()
 
 
+def _add_file(index: Any, path: Path, mapped: np.ndarray) -> None:
+    """Add the vectors of ``path`` to ``index`` with ordinary file reads, chunk by chunk.
+
+    Reading through the memory map would leave every page of the file resident in this process
+    next to FAISS's own copy (twice the RSS for a Flat index); plain reads go through the page
+    cache only. Falls back to the map when the layout is not plain little-endian float32."""
+    n, dim = mapped.shape
+    offset = getattr(mapped, "offset", None)
+    if offset is None or mapped.dtype != np.dtype("<f4") or not mapped.flags.c_contiguous:
+        for start in range(0, n, _ADD_CHUNK):
+            index.add(np.ascontiguousarray(mapped[start : start + _ADD_CHUNK], dtype=np.float32))
+        return
+    with open(path, "rb") as f:
+        f.seek(offset)
+        for start in range(0, n, _ADD_CHUNK):
+            m = min(_ADD_CHUNK, n - start)
+            buf = f.read(m * dim * 4)
+            if len(buf) != m * dim * 4:
+                raise IndexFormatError(f"{path} is shorter than its header says (truncated write?)")
+            index.add(np.frombuffer(buf, dtype=np.float32).reshape(m, dim))
+
+
 class DenseIndex:
     """FAISS search plus exact re-scoring from the stored vectors."""
 
@@ -121,8 +143,7 @@ class DenseIndex:
                                    f"({meta['num_docs']}, {meta['dim']})")
         if self.factory == "Flat":
             index = _make_index(self.dim, "Flat", self.metric)
-            for start in range(0, self.num_docs, _ADD_CHUNK):
-                index.add(np.ascontiguousarray(self.vectors[start : start + _ADD_CHUNK]))
+            _add_file(index, self.root / "vectors.npy", self.vectors)
         else:
             path = self.root / "index.faiss"
             if not path.is_file():
