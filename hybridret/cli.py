@@ -89,6 +89,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", nargs="+", default=["ndcg@10", "mrr@10", "recall@100"],
                    help="ndcg@K, mrr@K, recall@K, precision@K, map (default: ndcg@10 mrr@10 recall@100)")
     p.add_argument("-k", type=int, default=100, help="depth of each ranking (default: 100)")
+    p.add_argument("--save-run", metavar="FILE", default=None,
+                   help="also write the ranking as a TREC run file (trec_eval / ranx / pyserini can read it)")
 
     p = sub.add_parser("tune", help="grid-search fusion and GQR settings; store the best in the index")
     _add_eval_args(p)
@@ -282,7 +284,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     retriever, queries, qrels = _judged(args)
     qids = list(queries)
     hits = retriever.search([queries[q] for q in qids], k=args.k, method=args.method)
-    metrics = evaluate(run_from_hits(hits, qids), qrels, args.metrics, relevance_level=args.relevance_level)
+    run = run_from_hits(hits, qids)
+    metrics = evaluate(run, qrels, args.metrics, relevance_level=args.relevance_level)
+    if args.save_run:
+        from .runs import write_run
+
+        write_run(run, args.save_run, tag=f"hybridret-{hits.method}".replace(" ", "_"))
+        logger.info("wrote the %s run to %s", hits.method, args.save_run)
     if args.json:
         print(json.dumps({"method": args.method, "resolved": hits.method, "metrics": metrics, "queries": len(qids)}))
     else:

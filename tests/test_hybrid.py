@@ -116,10 +116,17 @@ def test_eval_and_tune_commands_store_and_use_the_best(retriever, tmp_path, caps
     queries.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(QUERIES[:4])))
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq0\td01\t1\nq1\td24\t1\nq2\td35\t1\nq3\td26\t1\n")
-    assert main(["-q", "eval", str(path), "--queries", str(queries), "--qrels", str(qrels), "--json"]) == 0
+    run_file = tmp_path / "run.trec"
+    assert main(["-q", "eval", str(path), "--queries", str(queries), "--qrels", str(qrels), "--json",
+                 "--save-run", str(run_file)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["queries"] == 4 and set(out["metrics"]) == {"ndcg@10", "mrr@10", "recall@100"}
     assert 0.0 <= out["metrics"]["ndcg@10"] <= 1.0
+    from hybridret import load_qrels, load_run
+    from hybridret.eval import evaluate
+
+    saved = load_run(run_file)  # the written run scores the same as the command reported
+    assert evaluate(saved, load_qrels(qrels), ["ndcg@10"])["ndcg@10"] == pytest.approx(out["metrics"]["ndcg@10"])
     assert main(["-q", "tune", str(path), "--queries", str(queries), "--qrels", str(qrels), "--json"]) == 0
     tuned = json.loads(capsys.readouterr().out)
     best = FusionConfig.from_dict(tuned["best"])
