@@ -247,8 +247,10 @@ class DenseIndex:
             rows = np.take_along_axis(rows, order, axis=1)
             scores = np.take_along_axis(scores, order, axis=1)
         else:
-            scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
+            if scores.shape[1] < k:
+                scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
             if self.metric == "l2":
                 scores = -scores
-        scores = np.where(rows >= 0, scores, -np.inf).astype(np.float32)
-        return rows, scores
+        if rows.shape[1] and rows[:, -1].min() < 0:  # FAISS pads with -1 when it finds fewer than k
+            scores = np.where(rows >= 0, scores, -np.inf)
+        return rows, scores.astype(np.float32, copy=False)
