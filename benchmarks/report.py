@@ -86,7 +86,9 @@ def summary(rows: list[dict], results: list[dict]) -> str:
             return math.exp(sum(map(math.log, vals)) / len(vals)) if vals else None
         g1, ga = gm("÷ 1 thread"), gm("÷ all cores")
         dq = quality.get(peer)
-        verdict = "ahead" if (ga or g1 or 0) > 1 else "behind"
+        ref = [g for g in (g1, ga) if g]
+        verdict = ("ahead" if all(g > 1.1 for g in ref) else "behind" if all(g < 0.9 for g in ref)
+                   else "on par / mixed")
         out.append({"peer": peer, "collections": len(rs), "speed ÷, 1 thread (geo-mean)": g1,
                     "speed ÷, all cores (geo-mean)": ga, "hybridret speed": verdict,
                     "nDCG@10 hybridret − peer (mean)": sum(dq) / len(dq) if dq else None})
@@ -109,10 +111,10 @@ def plots(results: list[dict], scale: dict | None) -> list[str]:
         fig, axes = plt.subplots((n + cols - 1) // cols, cols, figsize=(5 * cols, 4 * ((n + cols - 1) // cols)), squeeze=False)
         for ax, r in zip(axes.flat, results):
             _, t = _first_topics(r)
-            metric = "recall@100" if r["collection"].startswith("limit") else "ndcg@10"
+            metric = "ndcg@10"
             for row in t["rows"]:
                 qps = row.get("q/s all cores")
-                if not qps or row["system"].startswith("ranx"):
+                if not qps or row.get(metric) is None or row["system"].startswith("ranx"):
                     continue
                 ax.scatter(1e3 / qps, row[metric], marker="o" if row["system"] == "hybridret" else "x")
                 ax.annotate(f"{row['system'].split()[0]}: {row['method'].split(' (')[0]}", (1e3 / qps, row[metric]),

@@ -211,3 +211,28 @@ def test_gpu_search_above_faiss_gpu_k_limit(built, data):
         pytest.skip("the test corpus is smaller than FAISS GPU's k limit")
     rows, scores = gpu.search(queries[:4], k)
     np.testing.assert_allclose(scores, cpu.search(queries[:4], k)[1], atol=1e-4)
+
+
+def test_batched_flat_search_matches_brute_force_across_blocks(tmp_path, monkeypatch):
+    import hybridret.index.dense as dense_mod
+
+    rng = np.random.default_rng(3)
+    docs = rng.standard_normal((10_000, 16)).astype(np.float32)
+    queries = rng.standard_normal((12, 16)).astype(np.float32)  # a batch: the matmul path
+    b = DenseIndex.create(tmp_path / "d", 16)
+    b.add(docs)
+    b.close()
+    monkeypatch.setattr(dense_mod, "_MATMUL_BLOCK", 1)  # 4,096-document blocks: merging is exercised
+    index = DenseIndex(tmp_path / "d")
+    rows, scores = index.search(queries, 25)
+    full = queries @ docs.T
+    expect = np.sort(full, axis=1)[:, ::-1][:, :25]
+    np.testing.assert_allclose(scores, expect, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.take_along_axis(full, rows, 1), scores, rtol=1e-5, atol=1e-5)
+    one_rows, one_scores = index.search(queries[:1], 25)  # one query: FAISS's own scan, same answer
+    np.testing.assert_array_equal(one_rows[0], rows[0])
+    small = DenseIndex.create(tmp_path / "s", 16)
+    small.add(docs[:5])
+    small.close()
+    rows, scores = DenseIndex(tmp_path / "s").search(queries, 8)  # k above the corpus size: padded
+    assert (rows[:, 5:] == -1).all() and np.isinf(scores[:, 5:]).all() and (rows[:, :5] >= 0).all()

@@ -25,6 +25,8 @@ _METRICS = ("ip", "l2")
 _TRAIN_SAMPLE = 262_144
 _ADD_CHUNK = 65_536
 GPU_MAX_K = 2048  # largest k FAISS GPU indexes can return
+_MATMUL_MIN_QUERIES = 8  # below this FAISS's SIMD scan wins
+_MATMUL_BLOCK = 1 << 25  # score entries per block (128 MB of float32)
 
 
 def gpu_available() -> bool:
@@ -167,6 +169,11 @@ class DenseIndex:
             raise ConfigError(f"device {device!r} requested but FAISS has no usable GPU")
         self.index = index
         self._cpu_copy: Any = None
+        # exact inner product on the CPU: for batches, a torch matmul + top-k over FAISS's own copy
+        # of the vectors is 1.5-3.5x faster than IndexFlatIP.search (benchmarks/beir.py)
+        self._xb: np.ndarray | None = None
+        if self.device == "cpu" and self.factory == "Flat" and self.metric == "ip" and self.num_docs:
+            self._xb = faiss.rev_swig_ptr(index.get_xb(), self.num_docs * self.dim).reshape(self.num_docs, self.dim)
         if search_params:
             self.set_search_params(search_params)
 
@@ -219,6 +226,28 @@ class DenseIndex:
             out = -((docs - q[:, None, :]) ** 2).sum(-1)
         return np.where(rows >= 0, out, -np.inf).astype(np.float32)
 
+    def _matmul_search(self, q: np.ndarray, k: int, kk: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        assert self._xb is not None
+        Q = torch.from_numpy(q)
+        step = max(4096, _MATMUL_BLOCK // len(q))  # bounds the (queries, documents) score block
+        best_s = best_i = None
+        for start in range(0, self.num_docs, step):
+            S = Q @ torch.from_numpy(self._xb[start : start + step]).T
+            s, i = torch.topk(S, min(kk, S.shape[1]), dim=1)
+            i += start
+            if best_s is not None:
+                s, j = torch.topk(torch.cat([best_s, s], 1), min(kk, best_s.shape[1] + s.shape[1]), dim=1)
+                i = torch.gather(torch.cat([best_i, i], 1), 1, j)
+            best_s, best_i = s, i
+        rows = best_i.numpy().astype(np.int64)
+        scores = best_s.numpy().astype(np.float32)
+        if rows.shape[1] < k:
+            rows = np.pad(rows, ((0, 0), (0, k - rows.shape[1])), constant_values=-1)
+            scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
+        return rows, scores
+
     def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows and scores ``(nq, k)``, ``-1``/``-inf`` padded. With ``rescore`` (default) the
         FAISS candidates are re-scored exactly and re-sorted (matters for PQ and other lossy codes)."""
@@ -228,6 +257,8 @@ class DenseIndex:
         if len(q) == 0:
             return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
         kk = min(k, max(1, self.num_docs))
+        if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES:
+            return self._matmul_search(q, k, kk)
         index = self.index
         if self.device == "cuda" and kk > GPU_MAX_K:  # FAISS GPU kernels select at most 2048 per query
             if self._cpu_copy is None:
