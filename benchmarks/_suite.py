@@ -311,6 +311,29 @@ def run_collection(coll: Collection, index_dir: Path, *, depth: int = 1000, use_
     return result
 
 
+def add_common_args(ap: Any, depth: int) -> None:
+    """The options beir.py and msmarco.py share."""
+    from _common import ROOT
+
+    ap.add_argument("--depth", type=int, default=depth, help=f"ranking depth scored per system (default {depth})")
+    ap.add_argument("--no-peers", action="store_true", help="hybridret only")
+    ap.add_argument("--rebuild", action="store_true", help="rebuild hybridret's index even if one exists")
+    ap.add_argument("--index-root", type=Path, default=ROOT / "indexes", help="where bench-<name> indexes live")
+    ap.add_argument("--results", type=Path, default=None, help="results folder (default benchmarks/results)")
+    ap.add_argument("--build-sample", type=int, default=500,
+                    help="when the index already exists, time a fresh build of this many documents (0: skip)")
+    ap.add_argument("--quick", action="store_true", help="one short timing round (smoke tests)")
+
+
+def setup_run(args: Any) -> None:
+    """Apply --quick and quiet the chatty libraries."""
+    if args.quick:
+        peers.TIMING.update(min_seconds=0.01, rounds=1)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    for noisy in ("hybridret", "sentence_transformers", "bm25s", "faiss"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
 def results_path(name: str) -> Path:
     return RESULTS / f"peers-{name}.json"
 

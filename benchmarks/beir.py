@@ -15,14 +15,12 @@ Writes benchmarks/results/peers-<name>.json.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402
-from _common import ROOT, SHARED, machine, write_json  # noqa: E402
-from _suite import Collection, Topics, results_path, run_collection, tables  # noqa: E402
+from _common import SHARED, machine, write_json  # noqa: E402
+from _suite import Collection, Topics, add_common_args, results_path, run_collection, setup_run, tables  # noqa: E402
 
 from hybridret import CorpusReader, load_beir  # noqa: E402
 
@@ -50,20 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("folders", nargs="*", type=Path)
     ap.add_argument("--irds", nargs="+", default=[], metavar="ID",
                     help="also run ir_datasets ids whose data is already local (e.g. beir/scifact/test)")
-    ap.add_argument("--depth", type=int, default=100, help="ranking depth scored per system (default 100)")
-    ap.add_argument("--no-peers", action="store_true", help="hybridret only")
-    ap.add_argument("--rebuild", action="store_true", help="rebuild hybridret's index even if one exists")
-    ap.add_argument("--index-root", type=Path, default=ROOT / "indexes", help="where bench-<name> indexes live")
-    ap.add_argument("--results", type=Path, default=None, help="results folder (default benchmarks/results)")
-    ap.add_argument("--build-sample", type=int, default=500,
-                    help="when the index already exists, time a fresh build of this many documents (0: skip)")
-    ap.add_argument("--quick", action="store_true", help="one short timing round (smoke tests)")
+    add_common_args(ap, depth=100)
     args = ap.parse_args(argv)
-    if args.quick:
-        peers.TIMING.update(min_seconds=0.01, rounds=1)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("hybridret", "sentence_transformers", "bm25s", "faiss"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_run(args)
     folders = args.folders or ([] if args.irds else sorted(p for p in SHARED.iterdir() if (p / "corpus.jsonl").is_file()))
     if not folders and not args.irds:
         print(f"no BEIR folders given and none found in {SHARED}", file=sys.stderr)

@@ -22,14 +22,12 @@ build rate (docs/benchmarks.md has the plan for a GPU machine).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import peers  # noqa: E402
-from _common import ROOT, SHARED, machine, write_json  # noqa: E402
-from _suite import Collection, Topics, results_path, run_collection, tables  # noqa: E402
+from _common import SHARED, machine, write_json  # noqa: E402
+from _suite import Collection, Topics, add_common_args, results_path, run_collection, setup_run, tables  # noqa: E402
 
 from hybridret import CorpusReader, load_beir, load_qrels, load_queries  # noqa: E402
 
@@ -89,24 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", help="name for the index and results (default: from the folder)")
     ap.add_argument("--faiss", default="Flat", help="FAISS factory (default Flat; IVF65536_HNSW32,PQ64 or SQfp16 for 8.8M)")
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--depth", type=int, default=1000)
-    ap.add_argument("--no-peers", action="store_true")
-    ap.add_argument("--rebuild", action="store_true")
-    ap.add_argument("--index-root", type=Path, default=ROOT / "indexes")
-    ap.add_argument("--results", type=Path, default=None)
-    ap.add_argument("--build-sample", type=int, default=500,
-                    help="when the index already exists, time a fresh build of this many documents (0: skip)")
-    ap.add_argument("--quick", action="store_true", help="one short timing round (smoke tests)")
+    add_common_args(ap, depth=1000)
     args = ap.parse_args(argv)
-    if args.quick:
-        peers.TIMING.update(min_seconds=0.01, rounds=1)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    for noisy in ("sentence_transformers", "bm25s", "faiss"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    setup_run(args)
     coll = collection_from_args(args)
     out = results_path(coll.name) if args.results is None else args.results / f"peers-{coll.name}.json"
     res = run_collection(coll, args.index_root / f"bench-{coll.name}", depth=args.depth, use_peers=not args.no_peers,
-                         rebuild=args.rebuild, build_sample=args.build_sample,
+                         rebuild=args.rebuild, build_sample=args.build_sample, deep_fused=True,
                          settings={"faiss_factory": args.faiss}, batch_size=args.batch_size)
     res["machine"] = machine()
     res["kind"] = "msmarco"
