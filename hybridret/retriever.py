@@ -189,7 +189,7 @@ class HybridRetriever:
                     enc = encoder.encode_documents(texts, batch_size=batch_size, show_progress=False)
                     if cache is not None:
                         cache.put(chunk_no, ids, enc)
-                docs_w.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch])
+                docs_w.add(ids, [d.title for d in batch], [d.text for d in batch])
                 if dense_w is not None:
                     dense_w.add(enc.dense)
                 if sparse_w is not None:

@@ -226,15 +226,15 @@ class DenseIndex:
             out = -((docs - q[:, None, :]) ** 2).sum(-1)
         return np.where(rows >= 0, out, -np.inf).astype(np.float32)
 
-    def _matmul_search(self, q: np.ndarray, k: int, kk: int) -> tuple[np.ndarray, np.ndarray]:
+    def _matmul_search(self, xb: np.ndarray, q: np.ndarray, k: int, kk: int) -> tuple[np.ndarray, np.ndarray]:
+        """Exact inner-product top-k of a query batch over ``xb`` (FAISS's Flat storage), in blocks."""
         import torch
 
-        assert self._xb is not None
         Q = torch.from_numpy(q)
         step = max(4096, _MATMUL_BLOCK // len(q))  # bounds the (queries, documents) score block
         best_s = best_i = None
         for start in range(0, self.num_docs, step):
-            S = Q @ torch.from_numpy(self._xb[start : start + step]).T
+            S = Q @ torch.from_numpy(xb[start : start + step]).T
             s, i = torch.topk(S, min(kk, S.shape[1]), dim=1)
             i += start
             if best_s is not None:
@@ -258,7 +258,7 @@ class DenseIndex:
             return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
         kk = min(k, max(1, self.num_docs))
         if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES:
-            return self._matmul_search(q, k, kk)
+            return self._matmul_search(self._xb, q, k, kk)
         index = self.index
         if self.device == "cuda" and kk > GPU_MAX_K:  # FAISS GPU kernels select at most 2048 per query
             if self._cpu_copy is None:
