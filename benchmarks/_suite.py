@@ -61,42 +61,43 @@ def _dir_bytes(p: Path) -> int:
     return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
 
 
+def _timed_build(docs: Iterable[Document], workdir: Path, settings: dict[str, Any] | None, batch_size: int,
+                 **index_kw: Any) -> tuple[HybridRetriever, dict[str, Any]]:
+    """Build and save an index into ``workdir`` with the default models; wall time and peak RSS."""
+    r = HybridRetriever.from_models(**(settings or {}))
+    r.encoder.encode_documents(["warm up"])  # model loading is not part of the build rate
+    with peers.peak_rss() as mem:
+        start = time.perf_counter()
+        r.index(docs, batch_size=batch_size, workdir=workdir, **index_kw)
+        r.save(workdir, overwrite=True)
+        took = time.perf_counter() - start
+    return r, {"docs": r.num_docs, "seconds": took, "docs_per_s": r.num_docs / took,
+               "peak_rss_delta_bytes": mem["peak_delta"]}
+
+
 def build_or_load(coll: Collection, index_dir: Path, batch_size: int = 32, rebuild: bool = False,
                   settings: dict[str, Any] | None = None, build_sample: int = 500) -> tuple[HybridRetriever, dict[str, Any]]:
-    """Load ``index_dir``, building it first (resumable: encoded chunks are cached beside it)."""
+    """Load ``index_dir``, building it first (resumable: encoded chunks are cached beside it). When the
+    index exists, a fresh build of the first ``build_sample`` documents is timed instead, so every run
+    measures its own build rate."""
     build: dict[str, Any] = {}
     if rebuild or not (index_dir / "manifest.json").exists():
-        cache = index_dir.parent / f"{index_dir.name}.encode-cache"
-        r = HybridRetriever.from_models(**(settings or {}))
-        resumed = any(cache.glob("chunk-*.npz"))
-        with peers.peak_rss() as mem:
-            start = time.perf_counter()
-            r.index(coll.documents(), batch_size=batch_size, workdir=index_dir, encode_cache=cache,
-                    total=coll.num_docs)
-            r.save(index_dir, overwrite=True)
-            took = time.perf_counter() - start
-        build = {"docs": r.num_docs, "seconds": took, "docs_per_s": r.num_docs / took,
-                 "peak_rss_delta_bytes": mem["peak_delta"], "note": "encoding included" +
-                 ("; some chunks came from the encoding cache of an interrupted run" if resumed else "")}
         import shutil
 
+        cache = index_dir.parent / f"{index_dir.name}.encode-cache"
+        resumed = any(cache.glob("chunk-*.npz"))
+        _, build = _timed_build(coll.documents(), index_dir, settings, batch_size, encode_cache=cache,
+                                total=coll.num_docs)
+        build["note"] = "encoding included" + ("; some chunks came from the encoding cache of an interrupted run"
+                                               if resumed else "")
         shutil.rmtree(cache, ignore_errors=True)
     elif build_sample:
-        # the index exists: time a fresh build of the first documents, so every run measures its own rate
         import itertools
 
         sample = list(itertools.islice(iter(coll.documents()), build_sample))
-        fresh = HybridRetriever.from_models(**(settings or {}))
-        fresh.encoder.encode_documents(["warm up"])
-        with tempfile.TemporaryDirectory() as tmp, peers.peak_rss() as mem:
-            start = time.perf_counter()
-            fresh.index(sample, batch_size=batch_size, workdir=tmp)
-            fresh.save(Path(tmp) / "saved")
-            took = time.perf_counter() - start
-        build = {"docs": len(sample), "seconds": took, "docs_per_s": len(sample) / took,
-                 "peak_rss_delta_bytes": mem["peak_delta"],
-                 "note": f"fresh build of the first {len(sample):,} documents, encoding included"}
-        del fresh
+        with tempfile.TemporaryDirectory() as tmp:
+            _, build = _timed_build(sample, Path(tmp), settings, batch_size)
+        build["note"] = f"fresh build of the first {len(sample):,} documents, encoding included"
     r = HybridRetriever.load(index_dir)
     gen = r._generation
     assert gen is not None

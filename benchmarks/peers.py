@@ -32,14 +32,15 @@ def rss() -> int:
 
 
 @contextmanager
-def peak_rss() -> Iterator[dict[str, int]]:
-    """Samples this process's RSS every 20 ms; yields a dict that gets ``peak_delta`` on exit."""
+def peak_rss(interval: float = 0.02) -> Iterator[dict[str, int]]:
+    """Samples this process's RSS every ``interval`` seconds; yields a dict that gets ``peak_delta``
+    (bytes above the RSS at entry) on exit. Shared by every benchmark that reports peak memory."""
     out = {"before": rss(), "peak_delta": 0}
     stop = threading.Event()
     peak = [out["before"]]
 
     def sample() -> None:
-        while not stop.wait(0.02):
+        while not stop.wait(interval):
             peak[0] = max(peak[0], rss())
 
     t = threading.Thread(target=sample, daemon=True)

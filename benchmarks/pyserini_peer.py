@@ -23,12 +23,13 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from peers import peak_rss
 
 __all__ = ["PeerResult", "available", "bm25", "impact"]
 
@@ -119,27 +120,6 @@ def available() -> tuple[bool, str]:
     return True, f"pyserini {importlib.metadata.version('pyserini')}, Java {java}"
 
 
-def _rss_peak(fn: Callable[[], None]) -> int:
-    """Run ``fn``; peak RSS during it minus RSS before (psutil, sampled every 2 ms: the GIL is free in Java)."""
-    import psutil
-
-    proc, done = psutil.Process(), threading.Event()
-    before = peak = proc.memory_info().rss
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.wait(0.002):
-            peak = max(peak, proc.memory_info().rss)
-
-    (t := threading.Thread(target=sample, daemon=True)).start()
-    try:
-        fn()
-    finally:
-        done.set()
-        t.join()
-    return max(peak, proc.memory_info().rss) - before
-
-
 def _peer(rows: list[dict[str, Any]], collection: str, extra: list[str], workdir: Path, threads: int,
           searcher_class: str, queries: Sequence[Any], k: int, notes: str,
           setup: Callable[[Any], None] = lambda searcher: None, time_k: int = 10) -> PeerResult:
@@ -163,7 +143,9 @@ def _peer(rows: list[dict[str, Any]], collection: str, extra: list[str], workdir
                                    "DefaultLuceneDocumentGenerator", "-threads", str(threads), "-quiet", *extra])
         t["build"] = time.perf_counter() - t0
 
-    peak = _rss_peak(build)
+    with peak_rss(0.002) as mem:  # fine sampling: pyjnius releases the GIL while Java indexes
+        build()
+    peak = mem["peak_delta"]
     size = sum(p.stat().st_size for p in index.rglob("*") if p.is_file())
     searcher = j[searcher_class](str(index))
     setup(searcher)

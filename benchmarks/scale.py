@@ -22,7 +22,6 @@ import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -33,6 +32,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 # _common first: it sets OMP_WAIT_POLICY before FAISS loads
 from _common import RESULTS, ROOT, SHARED, Timer, machine, table, write_json  # noqa: E402, I001
+from peers import peak_rss  # noqa: E402
 import faiss  # noqa: E402
 import psutil  # noqa: E402
 
@@ -46,23 +46,6 @@ IN_PROCESS = False  # --quick: run the build / query jobs in this process (RSS n
 
 def rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
-
-
-class PeakRSS(threading.Thread):
-    """Max RSS (MiB) sampled every 20 ms in a thread while the block runs."""
-
-    def __enter__(self) -> "PeakRSS":
-        self.peak, self.stop = rss_mb(), threading.Event()
-        self.start()
-        return self
-
-    def run(self) -> None:
-        while not self.stop.wait(0.02):
-            self.peak = max(self.peak, rss_mb())
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.join()
 
 
 def fit(path: Path, rng: np.random.Generator) -> dict:
@@ -162,8 +145,8 @@ def job_build(kind: str, root: Path, data: Path, vocab: int, seed: int) -> dict:
     """(Fresh process.) Stream the chunk files into a new index; only add() and close() are timed."""
     b = (SparseIndex.create(root, vocab, bm25=False) if kind == "sparse"
          else DenseIndex.create(root, DIM, factory=kind, seed=seed))
-    adds, r0 = [], rss_mb()
-    with PeakRSS() as pk:
+    adds = []
+    with peak_rss() as pk:
         for f in sorted(data.glob("sparse-*.npz" if kind == "sparse" else "dense-*.npy")):
             x = sp.load_npz(f) if kind == "sparse" else np.load(f)
             with Timer() as t:
@@ -172,7 +155,7 @@ def job_build(kind: str, root: Path, data: Path, vocab: int, seed: int) -> dict:
         with Timer() as t:
             b.close()
     n, secs, per10k = sum(m for _, m in adds), sum(a for a, _ in adds) + t.seconds, [a * 10_000 / m for a, m in adds]
-    out = {"build_s": secs, "docs/s": n / secs, "close_s": t.seconds, "build_peak_MB": pk.peak - r0,
+    out = {"build_s": secs, "docs/s": n / secs, "close_s": t.seconds, "build_peak_MB": pk["peak_delta"] / 2**20,
            "disk_MB": sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 2**20}
     if kind == "sparse":  # tantivy: seconds per 10k docs in add(), first / median / last chunk
         out["add_s_per_10k_first_median_last"] = [per10k[0], float(np.median(per10k)), per10k[-1]]
