@@ -6,6 +6,7 @@ Mental model: encode -> index -> search -> save/load::
     retriever = HybridRetriever.from_models()       # packaged all-MiniLM-L6-v2 + SPLADE-tiny
     retriever.index(documents)                      # dicts, Documents, (id, text) pairs or str
     hits = retriever.search(["a question"], k=10)   # hybrid; also "dense", "sparse", "bm25"
+    retriever.upsert(more); retriever.delete(ids)   # a living index: atomic commits, snapshots
     retriever.save("indexes/mine")
 """
 
@@ -17,18 +18,24 @@ from .encoders import DenseEncoder, EncodedBatch, Encoder, JointEncoder, PairedE
 from .errors import (
     ConfigError,
     CorpusFormatError,
+    DocumentNotFoundError,
     EncoderError,
     HybridRetError,
     IndexExistsError,
     IndexFormatError,
+    IndexLockedError,
     IndexNotFoundError,
+    IndexReadOnlyError,
     ModelNotFoundError,
 )
+from .filters import Filter, FilterError, parse_filter
 from .index import DenseIndex, SparseIndex
+from .indexer import IndexWriter, WriteResult
 from .irds import load_ir_dataset
 from .models import resolve_model
 from .retriever import METHODS, HybridRetriever
 from .runs import load_run, write_run
+from .searcher import Searcher
 from .types import Hit, Hits, MatchedTerm
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -41,22 +48,30 @@ __all__ = [
     "DenseEncoder",
     "DenseIndex",
     "Document",
+    "DocumentNotFoundError",
     "EncodedBatch",
     "Encoder",
     "EncoderError",
+    "Filter",
+    "FilterError",
     "Hit",
     "Hits",
     "HybridRetError",
     "HybridRetriever",
     "IndexExistsError",
     "IndexFormatError",
+    "IndexLockedError",
     "IndexNotFoundError",
+    "IndexReadOnlyError",
+    "IndexWriter",
     "JointEncoder",
     "MatchedTerm",
     "ModelNotFoundError",
     "PairedEncoder",
+    "Searcher",
     "SparseIndex",
     "SpladeEncoder",
+    "WriteResult",
     "__version__",
     "iter_corpus",
     "load_beir",
@@ -64,6 +79,7 @@ __all__ = [
     "load_qrels",
     "load_queries",
     "load_run",
+    "parse_filter",
     "resolve_model",
     "write_run",
 ]

@@ -1,4 +1,5 @@
-"""Command line: ``hybridret index | search | eval | tune | info | demo | train | mine-negatives``
+"""Command line: ``hybridret index | add | delete | compact | search | eval | tune | info | demo | train |
+mine-negatives``
 (also ``python -m hybridret``)."""
 
 from __future__ import annotations
@@ -78,10 +79,44 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("query", nargs="+", help="query text (several words are joined)")
     p.add_argument("-k", type=int, default=10, help="hits to return (default: 10)")
     p.add_argument("--method", default="hybrid", choices=METHOD_CHOICES,
-                   help="default hybrid: the index's tuned fusion, else linear dense + sparse")
+                   help="default hybrid: the fusion `hybridret tune` stored in the index, else GQR (the dense query "
+                        "refined towards learned-sparse + BM25 scores); on an index without a dense part, linear "
+                        "fusion of what it has")
+    p.add_argument("--filter", default=None, metavar="JSON",
+                   help='metadata filter applied before top-k, e.g. \'{"source": "wiki", "year": {"$gte": 2020}}\' '
+                        "(operators: $eq $ne $in $nin $gt $gte $lt $lte $exists $and $or $not)")
     p.add_argument("--candidates", type=int, default=None, help="per-retriever depth of fused methods (default: 100)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", default=None)
+
+    p = sub.add_parser("add", help="add documents to an existing index (or replace them with --upsert)",
+                       description="Encode and add the documents of a corpus file to an index, in one atomic "
+                                   "commit. An id already in the index is an error unless --upsert.")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("corpus", help="corpus.jsonl, a BEIR folder, or collection.tsv (.gz accepted)")
+    p.add_argument("--format", choices=("jsonl", "beir", "tsv"), default=None, help="default: from the path")
+    p.add_argument("--upsert", action="store_true", help="replace documents whose id is already in the index")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
+    p.add_argument("--encode-cache", metavar="DIR", default=None,
+                   help="keep encoded documents here (keyed on content) to resume an interrupted add")
+    p.add_argument("--json", action="store_true", help="print what was done as JSON")
+    p.add_argument("--device", default=None)
+
+    p = sub.add_parser("delete", help="delete documents from an index by id",
+                       description="Delete documents by id in one atomic commit. Unknown ids are reported and, "
+                                   "unless --ignore-missing, nothing is deleted.")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("ids", nargs="*", metavar="ID")
+    p.add_argument("--ids-file", metavar="FILE", default=None, help="one id per line (- for standard input)")
+    p.add_argument("--ignore-missing", action="store_true", help="delete the known ids and report the unknown ones")
+    p.add_argument("--json", action="store_true", help="print what was done as JSON")
+
+    p = sub.add_parser("compact", help="merge an index's segments and drop deleted documents",
+                       description="Merge all segments into one and drop deleted documents (nothing is "
+                                   "re-encoded). Searches are as fast as after a fresh build, and BM25 statistics "
+                                   "equal a fresh build's.")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print what was done as JSON")
 
     p = sub.add_parser("eval", help="evaluate a method on judged queries (nDCG@10, MRR@10, Recall@100)")
     _add_eval_args(p)
@@ -150,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-METHOD_CHOICES = ("hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr")
+METHOD_CHOICES = ("hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr")  # == searcher.METHODS (tested)
 
 
 def _add_eval_args(p: argparse.ArgumentParser) -> None:
@@ -206,10 +241,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
         logger.info("resuming: reusing encoded chunks from %s", cache)
     start = time.perf_counter()
     retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
-                    total=_count_records(reader.file), encode_cache=cache)
-    retriever.manifest["skipped_empty"] = retriever.manifest.get("skipped_empty", 0) + reader.skipped_empty
-    retriever.manifest["source"] = {"path": str(args.corpus), "format": reader.format}
-    retriever.save(out, overwrite=True)
+                    total=_count_records(reader.file), encode_cache=cache, overwrite=True,
+                    source={"path": str(args.corpus), "format": reader.format})
     if cache is not None and args.encode_cache is None:
         shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
     took = time.perf_counter() - start
@@ -254,12 +287,15 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.candidates is not None and args.method in ("dense", "sparse", "bm25"):
         raise HybridRetError(f"--candidates sets the per-retriever depth of fused methods; --method {args.method} "
                              "is a single retriever (use -k for its depth)")
+    from .filters import parse_filter
+
+    filt = parse_filter(args.filter)  # a malformed filter fails before any model loads
     retriever = HybridRetriever.load(args.index, device=args.device)
     query = " ".join(args.query)
-    hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates)
+    hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
     if args.json:
-        print(json.dumps({"query": query, "method": args.method, "hits": [h.to_dict() for h in hits[0]]},
-                         ensure_ascii=False, indent=2))
+        print(json.dumps({"query": query, "method": args.method, "resolved": hits.method,
+                          "hits": [h.to_dict() for h in hits[0]]}, ensure_ascii=False, indent=2))
     else:
         _print_hits(hits, 0)
     return 0
@@ -305,11 +341,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     best, table = tune(retriever, queries, qrels, metric=args.metric, relevance_level=args.relevance_level)
     ranked = sorted(table, key=lambda r: -r[args.metric])
     if not args.dry_run:
-        retriever.manifest["fusion"] = best.to_dict()
-        retriever.manifest["fusion_tuned_on"] = {"queries": str(args.queries), "qrels": str(args.qrels),
-                                                 "metric": args.metric, "value": ranked[0][args.metric],
-                                                 "n_queries": len(queries)}
-        retriever.save(args.index, overwrite=True)
+        retriever.set_fusion(best, {"queries": str(args.queries), "qrels": str(args.qrels), "metric": args.metric,
+                                    "value": ranked[0][args.metric], "n_queries": len(queries)})
     if args.json:
         print(json.dumps({"best": best.to_dict(), "metric": args.metric, "value": ranked[0][args.metric],
                           "stored": not args.dry_run, "results": ranked}))
@@ -343,9 +376,68 @@ def _cmd_info(args: argparse.Namespace) -> int:
         s = comps["sparse"]
         print(f"sparse:     tantivy, vocab {s.get('vocab_size')}, {s.get('nnz', 0) / max(1, s.get('num_docs', 1)):.1f} "
               f"terms/doc, {s.get('bits')} bit planes, BM25 {'yes' if s.get('bm25') else 'no'}")
+    segs = info.get("segments", [])
+    print(f"segments:   {len(segs)} ({info.get('num_deleted', 0)} deleted documents not yet compacted)")
     print(f"on disk:    {info.get('bytes_on_disk', 0) / 1e6:.1f} MB")
     print(f"format:     {info.get('format_version')} (saved {info.get('saved_at')}, hybridret "
           f"{info.get('libraries', {}).get('hybridret')})")
+    return 0
+
+
+def _print_result(result: Any, args: argparse.Namespace, what: str) -> None:
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return
+    done = {k: v for k, v in result.to_dict().items() if k in ("added", "updated", "unchanged", "deleted",
+                                                              "skipped_empty") and v}
+    parts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in done.items()) or "nothing changed"
+    print(f"{what} {args.index}: {parts}" + (f" (commit {result.commit})" if result.commit is not None else ""))
+
+
+def _cmd_add(args: argparse.Namespace) -> int:
+    from .data import CorpusReader
+    from .retriever import HybridRetriever
+
+    reader = CorpusReader(args.corpus, format=args.format)
+    retriever = HybridRetriever.load(args.index, device=args.device)
+    write = retriever.upsert if args.upsert else retriever.add
+    result = write(reader, batch_size=args.batch_size, total=_count_records(reader.file),
+                   encode_cache=args.encode_cache)
+    _print_result(result, args, "upserted into" if args.upsert else "added to")
+    return 0
+
+
+def _read_ids(args: argparse.Namespace) -> list[str]:
+    ids = list(args.ids)
+    if args.ids_file:
+        fh = sys.stdin if args.ids_file == "-" else open(args.ids_file, encoding="utf-8")
+        with fh:
+            ids += [line.rstrip("\r\n") for line in fh if line.strip()]
+    if not ids:
+        raise HybridRetError("no ids to delete: give them as arguments or with --ids-file")
+    return ids
+
+
+def _cmd_delete(args: argparse.Namespace) -> int:
+    from .retriever import HybridRetriever
+
+    ids = _read_ids(args)
+    retriever = HybridRetriever.load(args.index)
+    result = retriever.delete(ids, missing="ignore" if args.ignore_missing else "error")
+    if result.missing:
+        shown = ", ".join(result.missing[:20]) + (" ..." if len(result.missing) > 20 else "")
+        logger.warning("%d ids were not in the index: %s", len(result.missing), shown)
+    _print_result(result, args, "deleted from")
+    return 0
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from .retriever import HybridRetriever
+
+    retriever = HybridRetriever.load(args.index)
+    before = len(retriever.searcher.snapshot.segments)
+    result = retriever.compact()
+    _print_result(result, args, f"compacted {before} segments of")
     return 0
 
 
@@ -357,8 +449,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     out = Path(args.output)
     reader = CorpusReader(corpus)
     retriever = HybridRetriever.from_models(device=args.device)
-    retriever.index(reader, workdir=out, total=_count_records(reader.file))
-    retriever.save(out, overwrite=True)
+    retriever.index(reader, workdir=out, total=_count_records(reader.file), overwrite=True)
     logger.info("indexed the %d-passage sample corpus into %s", retriever.num_docs, out)
     queries = load_queries(SAMPLE_DIR / "queries.jsonl")
     hits = retriever.search([queries[q] for q in DEMO_QUERIES], k=args.k)
@@ -411,7 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _setup_logging(args)
     commands = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "demo": _cmd_demo,
-                "eval": _cmd_eval, "tune": _cmd_tune, "train": _cmd_train, "mine-negatives": _cmd_mine}
+                "eval": _cmd_eval, "tune": _cmd_tune, "train": _cmd_train, "mine-negatives": _cmd_mine,
+                "add": _cmd_add, "delete": _cmd_delete, "compact": _cmd_compact}
     try:
         return commands[args.command](args)
     except (HybridRetError, FileNotFoundError, FileExistsError) as exc:

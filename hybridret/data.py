@@ -23,7 +23,7 @@ import logging
 import os
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -59,6 +59,7 @@ class Document:
     id: str
     text: str
     title: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)  # any JSON object; stored, returned, never encoded
 
     @property
     def full_text(self) -> str:
@@ -166,6 +167,31 @@ def _json_str(obj: dict[str, Any], keys: tuple[str, ...], path: Path, line: int,
         alts = " or ".join(repr(k) for k in keys)
         raise CorpusFormatError(f"missing field {alts}", path=str(path), line=line, field=keys[0])
     return ""
+
+
+_DOC_FIELDS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
+
+
+def _json_metadata(obj: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+    """Every field other than id/title/text, merged with a ``metadata`` object if there is one."""
+    from .index.metadata import MetadataError, check_metadata
+
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise CorpusFormatError(f"field 'metadata' must be a JSON object, got {type(meta).__name__}",
+                                path=str(path), line=line, field="metadata")
+    out = dict(meta or {})
+    for key, value in obj.items():
+        if key in _DOC_FIELDS:
+            continue
+        if key in out and out[key] != value:
+            raise CorpusFormatError(f"field {key!r} is given both at the top level and inside 'metadata'",
+                                    path=str(path), line=line, field=key)
+        out[key] = value
+    try:
+        return check_metadata(out)
+    except MetadataError as exc:
+        raise CorpusFormatError(str(exc), path=str(path), line=line, field=exc.field or "metadata") from None
 
 
 def _duplicate(kind: str, id_: str, first: int, path: Path, line: int, field: str) -> CorpusFormatError:
@@ -314,7 +340,7 @@ class CorpusReader:
         doc_id = _json_id(obj, self.file, lineno)
         body = _json_str(obj, ("text", "contents"), self.file, lineno, required=True)
         title = _json_str(obj, ("title",), self.file, lineno, required=False)
-        return Document(id=doc_id, text=body, title=title)
+        return Document(id=doc_id, text=body, title=title, metadata=_json_metadata(obj, self.file, lineno))
 
     def _parse_tsv(self, text: str, lineno: int) -> Document | None:
         cols = text.split("\t")

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "DocumentNotFoundError",
     "CorpusFormatError",
     "EncoderError",
     "HybridRetError",
     "IndexExistsError",
     "IndexFormatError",
+    "IndexLockedError",
     "IndexNotFoundError",
+    "IndexReadOnlyError",
     "ModelNotFoundError",
 ]
 
@@ -79,3 +82,22 @@ class IndexFormatError(HybridRetError):
 
 class IndexExistsError(HybridRetError, FileExistsError):
     """Refused to write over an existing index without ``overwrite=True``."""
+
+
+class IndexLockedError(HybridRetError):
+    """Another writer holds the index directory's lock (one writer at a time per index)."""
+
+
+class IndexReadOnlyError(HybridRetError, PermissionError):
+    """A write was asked of an index directory that cannot be written."""
+
+
+class DocumentNotFoundError(HybridRetError, KeyError):
+    """Ids given to ``delete`` (or ``get``) are not in the index; ``ids`` lists them."""
+
+    def __init__(self, message: str, ids: list[str]) -> None:
+        super().__init__(message)
+        self.ids = ids
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])

@@ -17,17 +17,17 @@ import numpy as np
 from .errors import ConfigError, check_fields
 from .fusion import candidate_union, linear_fusion, normalise, rrf_fusion
 from .refine import GQRConfig, gqr_refine
+from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
 
 if TYPE_CHECKING:  # pragma: no cover
-    import scipy.sparse as sp
+    from .filters import Filter
+    from .index.snapshot import Snapshot
 
-    from .index.dense import DenseIndex
-    from .index.sparse import SparseIndex
-
-__all__ = ["FUSION_METHODS", "RETRIEVERS", "Candidates", "FusionConfig", "fuse", "fused_search", "gather_candidates"]
+__all__ = ["FUSION_CHUNK", "FUSION_METHODS", "RETRIEVERS", "Candidates", "FusionConfig", "fuse", "fused_search",
+           "gather_candidates"]
 
 FUSION_METHODS = ("linear", "rrf", "gqr")
-RETRIEVERS = ("dense", "sparse", "bm25")
+FUSION_CHUNK = 256  # queries fused at a time: bounds GQR's (queries, candidates, dim) block
 
 
 @dataclass(frozen=True)
@@ -107,28 +107,16 @@ class Candidates:
         return self.rows >= 0
 
 
-def gather_candidates(names: tuple[str, ...], depth: int, *, texts: list[str], qd: np.ndarray | None,
-                      qs: sp.csr_matrix | None, dense: DenseIndex | None, sparse: SparseIndex | None,
-                      score_all: tuple[str, ...] = ()) -> Candidates:
-    """Top ``depth`` of each retriever in ``names``, their union, and exact scores from every
-    retriever in ``names + score_all``."""
-    lists: dict[str, np.ndarray] = {}
-    for name in names:
-        if name == "dense":
-            lists[name] = dense.search(qd, depth)[0]  # type: ignore[union-attr]
-        elif name == "sparse":
-            lists[name] = sparse.search(qs, depth)[0]  # type: ignore[union-attr]
-        else:
-            lists[name] = sparse.search_bm25(texts, depth)[0]  # type: ignore[union-attr]
+def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *,
+                      filt: Filter | None = None, score_all: tuple[str, ...] = ()) -> Candidates:
+    """Top ``depth`` of each retriever in ``names`` (pre-filtered), their union, and exact scores
+    from every retriever in ``names + score_all``."""
+    ctx = {name: REGISTRY[name].prepare(snap, q) for name in dict.fromkeys((*names, *score_all))}
+    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name])[0] for name in names}
     union = candidate_union(*lists.values())
-    exact: dict[str, np.ndarray] = {}
-    for name in dict.fromkeys((*names, *score_all)):
-        if name == "dense":
-            exact[name] = dense.score(qd, union)  # type: ignore[union-attr]
-        elif name == "sparse":
-            exact[name] = sparse.score(qs, union)  # type: ignore[union-attr]
-        else:
-            exact[name] = sparse.score_bm25(texts, union)  # type: ignore[union-attr]
+    exact = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name]) for name in ctx}
+    if "dense" in exact:  # padding scores -inf, as the dense index does
+        exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
     listed = {name: _member(union, rows) for name, rows in lists.items()}
     return Candidates(rows=union, exact=exact, listed=listed)
 
@@ -150,17 +138,24 @@ def guide_scores(cands: Candidates, guide: Mapping[str, float]) -> np.ndarray:
     return sum((w / total) * normalise(cands.exact[name], valid, "zscore") for name, w in guide.items())  # type: ignore[return-value]
 
 
-def fused_search(config: FusionConfig, k: int, *, texts: list[str], qd: np.ndarray | None, qs: sp.csr_matrix | None,
-                 dense: DenseIndex | None, sparse: SparseIndex | None
+def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None
                  ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows."""
-    cands = gather_candidates(config.union_retrievers, max(k, config.depth), texts=texts, qd=qd, qs=qs,
-                              dense=dense, sparse=sparse)
-    return fuse(config, cands, k, qd=qd, dense=dense)
+    """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows; queries are
+    fused :data:`FUSION_CHUNK` at a time so memory stays bounded for any batch."""
+    parts = []
+    for a in range(0, len(q), FUSION_CHUNK):
+        sub = q.slice(a, a + FUSION_CHUNK)
+        cands = gather_candidates(config.union_retrievers, max(k, config.depth), snap, sub, filt=filt)
+        parts.append(fuse(config, cands, k, snap, sub, filt=filt))
+    if len(parts) == 1:
+        return parts[0]
+    names = parts[0][2]
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            {n: np.concatenate([p[2][n] for p in parts]) for n in names})
 
 
-def fuse(config: FusionConfig, cands: Candidates, k: int, *, qd: np.ndarray | None, dense: DenseIndex | None
-         ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot, q: QueryBatch, *,
+         filt: Filter | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set)."""
     valid = cands.valid
     if config.method == "linear":
@@ -171,18 +166,20 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, *, qd: np.ndarray | No
         fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
         return select(cands.rows, fused, cands.exact, k)
     # GQR: refine the dense query towards the guide, then rank with it
-    if dense is None or dense.metric != "ip":
+    metrics = {s.dense.metric for s in snap.segments if s.dense is not None}
+    if not REGISTRY["dense"].available(snap) or metrics != {"ip"}:
         raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
     g = guide_scores(cands, config.guide)
-    docs = dense.vectors_of(cands.rows)
+    docs = vectors_of(snap, cands.rows)
     gqr = config.gqr
     guide_norm = gqr.guide_norm if len(config.guide) == 1 else "none"  # a mixture is z-scored already
-    refined = gqr_refine(qd, docs, valid, g, replace(gqr, guide_norm=guide_norm))  # type: ignore[arg-type]
+    refined = gqr_refine(q.dense, docs, valid, g, replace(gqr, guide_norm=guide_norm))  # type: ignore[arg-type]
     exact = dict(cands.exact)
     if gqr.final == "research":
-        rows, _ = dense.search(refined, k)  # type: ignore[union-attr]
-        scores = dense.score(refined, rows)  # type: ignore[union-attr]
-        comps = {"dense": dense.score(qd, rows)}  # type: ignore[union-attr,arg-type]
+        dense = REGISTRY["dense"]
+        rq = QueryBatch(q.texts, refined.astype(np.float32), q.sparse)
+        rows, scores = search_rows(dense, snap, rq, k, filt)
+        comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}
         return rows, scores, comps
     refined_scores = np.where(valid, np.einsum("nd,nmd->nm", refined, docs), -np.inf)
     exact["dense_refined"] = refined_scores

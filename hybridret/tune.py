@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .eval import evaluate, run_from_rows
-from .hybrid import Candidates, FusionConfig, fuse, gather_candidates
+from .hybrid import FUSION_CHUNK, Candidates, FusionConfig, fuse, gather_candidates
 from .refine import GQRConfig
+from .retrievers import REGISTRY
 
 if TYPE_CHECKING:  # pragma: no cover
     from .retriever import HybridRetriever
@@ -54,21 +55,31 @@ def tune(retriever: HybridRetriever, queries: Mapping[str, str], qrels: Mapping[
     qids = [q for q in queries if q in qrels and qrels[q]]
     if not qids:
         raise ConfigError("no query has relevance judgments: check that query ids match the qrels")
-    has_bm25 = retriever.sparse is not None and bool(retriever.sparse.meta.get("bm25"))
-    settings = list(grid) if grid is not None else default_grid(has_bm25)
+    searcher = retriever.searcher
+    snap = searcher.snapshot
+    have = searcher.available(snap)
+    settings = list(grid) if grid is not None else default_grid(have["bm25"])
+    settings = [c for c in settings if all(have[r] for r in c.union_retrievers)]
+    if not settings:
+        raise ConfigError("no fusion setting of the grid can run on this index")
     texts = [queries[q] for q in qids]
-    need_sparse = any("sparse" in c.union_retrievers for c in settings)
-    qd, qs = retriever._encode_queries(texts, True, need_sparse)
-    cache: dict[tuple[tuple[str, ...], int], Candidates] = {}
+    needs = {REGISTRY[r].needs for c in settings for r in c.union_retrievers}
     results: list[dict[str, Any]] = []
-    ids = retriever.docs.ids  # type: ignore[union-attr]
-    for cfg in settings:
-        key = (tuple(sorted(cfg.union_retrievers)), max(k, cfg.depth))
-        if key not in cache:
-            cache[key] = gather_candidates(cfg.union_retrievers, key[1], texts=texts, qd=qd, qs=qs,
-                                           dense=retriever.dense, sparse=retriever.sparse)
-        rows, _, _ = fuse(cfg, cache[key], k, qd=qd, dense=retriever.dense)
-        score = evaluate(run_from_rows(rows, ids, qids), qrels, (metric,), relevance_level=relevance_level)[metric]
+    ids = snap.ids
+    by_config: dict[int, float] = {}
+    for a in range(0, len(texts), FUSION_CHUNK):  # bounded memory, as every fused search
+        q = searcher.encode_queries(texts[a:a + FUSION_CHUNK], needs)
+        cache: dict[tuple[tuple[str, ...], int], Candidates] = {}
+        for n, cfg in enumerate(settings):
+            key = (tuple(sorted(cfg.union_retrievers)), max(k, cfg.depth))
+            if key not in cache:
+                cache[key] = gather_candidates(cfg.union_retrievers, key[1], snap, q)
+            rows, _, _ = fuse(cfg, cache[key], k, snap, q)
+            part = evaluate(run_from_rows(rows, ids, qids[a:a + FUSION_CHUNK]), qrels, (metric,),
+                            relevance_level=relevance_level)[metric]
+            by_config[n] = by_config.get(n, 0.0) + part * len(q)
+    for n, cfg in enumerate(settings):
+        score = by_config[n] / len(texts)
         results.append({"config": cfg.to_dict(), metric: score})
         logger.debug("%s %s = %.4f", cfg.method, cfg.to_dict(), score)
     best = max(range(len(results)), key=lambda i: results[i][metric])

@@ -38,12 +38,16 @@ class Hit:
     title: str
     text: str
     matched_terms: list[MatchedTerm] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, *, with_text: bool = True) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "rank": self.rank, "score": self.score, "scores": dict(self.scores)}
+        """JSON-ready: scores that are absent for this hit (NaN) are left out, never written as NaN."""
+        out: dict[str, Any] = {"id": self.id, "rank": self.rank, "score": _finite(self.score),
+                               "scores": {k: v for k, v in self.scores.items() if v == v}}
         if with_text:
             out["title"] = self.title
             out["text"] = self.text
+        out["metadata"] = dict(self.metadata)
         if self.matched_terms:
             out["matched_terms"] = [
                 {"term": m.term, "query_weight": m.query_weight, "doc_weight": m.doc_weight,
@@ -53,6 +57,10 @@ class Hit:
         return out
 
 
+def _finite(x: float) -> float | None:
+    return x if x == x and x not in (float("inf"), float("-inf")) else None
+
+
 @dataclass
 class Hits:
     """Results for ``nq`` queries, ``k`` each.
@@ -60,7 +68,9 @@ class Hits:
     ``ids`` (object array of str, ``""`` padding), ``rows`` (internal row numbers, ``-1`` padding)
     and ``scores`` (``-inf`` padding) all have shape ``(nq, k)``. ``components`` maps each
     retriever that took part (``"dense"``, ``"sparse"``, ``"bm25"``) to its exact scores of the same
-    hits. ``hits[i]`` gives query ``i``'s results as :class:`Hit` objects.
+    hits. ``hits[i]`` gives query ``i``'s results as :class:`Hit` objects, read from the index
+    snapshot the search ran on (texts and metadata are never from a later commit). Pickling
+    materialises every hit view, so unpickled Hits need no index.
     """
 
     queries: list[str]
@@ -70,15 +80,27 @@ class Hits:
     scores: np.ndarray
     components: dict[str, np.ndarray] = field(default_factory=dict)
     query_sparse: sp.csr_matrix | None = None
-    _viewer: Any = field(default=None, repr=False)
+    _source: Any = field(default=None, repr=False)  # HitSource: the snapshot + encoder behind hit views
+    _views: list[list[Hit]] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return int(self.rows.shape[0])
 
     def __getitem__(self, i: int) -> list[Hit]:
-        if self._viewer is None:
-            raise RuntimeError("these Hits are not attached to a retriever")
-        return self._viewer(self, i)
+        if self._views is not None:
+            return self._views[i]
+        if self._source is None:
+            raise RuntimeError("these Hits are not attached to an index")
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"query {i} out of range for {len(self)} queries")
+        return self._source.view(self, i % len(self))
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self._views is None and self._source is not None:
+            state["_views"] = [self[i] for i in range(len(self))]
+        state["_source"] = None
+        return state
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         for i in range(len(self)):

@@ -75,7 +75,7 @@ def test_default_encode_cache_is_removed_after_a_build(built):
 def test_info_json_and_text(built, capsys):
     assert main(["-q", "info", str(built), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["num_docs"] == 4 and info["format_version"] == 1
+    assert info["num_docs"] == 4 and info["format_version"] == 2
     assert info["components"]["dense"]["factory"] == "Flat"
     assert main(["-q", "info", str(built)]) == 0
     assert "documents:  4" in capsys.readouterr().out
@@ -96,7 +96,7 @@ def test_overwrite_replaces(tmp_path):
     assert main(["-q", "index", str(second), "-o", str(out), "--overwrite", "--faiss", "HNSW8,Flat"]) == 0
     r = HybridRetriever.load(out)
     assert r.num_docs == 1 and r.docs.ids.tolist() == ["v"]
-    assert len(list(out.glob("gen-*"))) == 1  # the old generation was removed
+    assert len(list(out.glob("seg-*"))) == 1  # the old generation was removed
 
 
 def test_beir_folder_and_msmarco_tsv(tmp_path):
@@ -127,7 +127,7 @@ def test_bad_corpus_lines_name_file_and_line(tmp_path, capsys, content, needle):
     err = capsys.readouterr().err
     assert "bad.jsonl" in err and needle in err
     assert not (out / "manifest.json").exists()
-    assert not list(out.glob("gen-*"))  # the failed build left nothing behind
+    assert not list(out.glob("seg-*"))  # the failed build left nothing behind
 
 
 def test_missing_inputs(tmp_path, capsys):
@@ -144,7 +144,7 @@ def test_corrupt_index_is_reported(built, tmp_path, capsys):
 
     copy = tmp_path / "copy"
     shutil.copytree(built, copy)
-    gen = next(copy.glob("gen-*"))
+    gen = next(copy.glob("seg-*"))
     (gen / "sparse" / "forward.data.npy").write_bytes(b"garbage")
     assert main(["-q", "search", str(copy), "query"]) == 1
     assert "forward.data.npy" in capsys.readouterr().err

@@ -3,6 +3,7 @@ and crash safety of save (a child process SIGKILLed mid-save never leaves a brok
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import shutil
@@ -20,6 +21,10 @@ from hybridret.errors import CorpusFormatError, IndexExistsError, IndexFormatErr
 from hybridret.fusion import normalise
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def segment_dirs(root: Path) -> list[Path]:
+    return [p for p in root.iterdir() if p.is_dir() and p.name.startswith(("seg-", "gen-"))]
 
 QUERIES = [
     "Who wrote Hamlet and Macbeth?",
@@ -261,29 +266,34 @@ def test_save_load_round_trip(saved_a, expected_a, retriever, small_corpus):
     loaded = HybridRetriever.load(saved_a)  # encoder rebuilt from the manifest
     assert loaded.num_docs == len(small_corpus)
     assert loaded.encoder.config() == retriever.encoder.config()
-    assert loaded.manifest["num_docs"] == len(small_corpus) and loaded.manifest["format_version"] == 1
+    assert loaded.manifest["num_docs"] == len(small_corpus) and loaded.manifest["format_version"] == 2
     assert_same_results(results(loaded), expected_a)
     hits = loaded.search(QUERIES[:1], k=1)[0]
     assert hits[0].text == small_corpus[23]["text"] and hits[0].matched_terms
     manifest = json.loads((saved_a / "manifest.json").read_text())
-    assert (saved_a / manifest["generation"]).is_dir()
-    assert not (saved_a / manifest["generation"] / ".building").exists()
-    assert len(list(saved_a.glob("gen-*"))) == 1
+    (seg,) = manifest["segments"]
+    assert (saved_a / seg["name"]).is_dir() and seg["num_docs"] == len(small_corpus) and not seg["deleted"]
+    assert not (saved_a / seg["name"] / ".building").exists()
+    assert len(segment_dirs(saved_a)) == 1
 
 
 def test_save_refuses_to_overwrite(saved_a, saved_b, paired_encoder, expected_a, expected_b, tmp_path):
     target = copy_index(saved_a, tmp_path / "idx")
     a = HybridRetriever.load(target, encoder=paired_encoder)
-    with pytest.raises(IndexExistsError):
-        a.save(target)
+    assert a.save(target) == target  # every write is committed there already: nothing to do
     b = HybridRetriever.load(saved_b, encoder=paired_encoder)
     with pytest.raises(IndexExistsError):
         b.save(target)
     assert which_index(target, paired_encoder, expected_a, expected_b) == "A"
     b.save(target, overwrite=True)
     assert which_index(target, paired_encoder, expected_a, expected_b) == "B"
-    assert len(list(target.glob("gen-*"))) == 1, "the replaced generation is removed"
-    b.save(target, overwrite=True)  # saving over itself reuses its generation
+    # `a` still reads the replaced segment: its lease keeps it on disk, and `a` keeps working
+    assert len(segment_dirs(target)) == 2
+    assert a.search(QUERIES[:1], k=1, method="dense").ids[0, 0] == EXPECTED_TOP[0]
+    del a
+    gc.collect()  # the reader is gone, and with it its lease
+    b.save(target, overwrite=True)  # saving over itself reuses its segment, and tidies up
+    assert len(segment_dirs(target)) == 1, "the replaced segment is removed once no reader uses it"
     assert which_index(target, paired_encoder, expected_a, expected_b) == "B"
 
 
@@ -312,7 +322,7 @@ def test_load_errors(saved_a, tmp_path):
         HybridRetriever.load(newer)
 
     missing = copy_index(saved_a, tmp_path / "missing")
-    shutil.rmtree(missing / manifest["generation"])
+    shutil.rmtree(missing / manifest["segments"][0]["name"])
     with pytest.raises(IndexFormatError, match="missing"):
         HybridRetriever.load(missing)
 
@@ -326,7 +336,7 @@ def test_load_errors(saved_a, tmp_path):
 @pytest.mark.parametrize("name", ["forward.data.npy", "forward.indptr.npy", "forward.indices.npy"])
 def test_corrupt_forward_store(saved_a, tmp_path, name, damage):
     copy = copy_index(saved_a, tmp_path / "c")
-    gen = json.loads((copy / "manifest.json").read_text())["generation"]
+    gen = json.loads((copy / "manifest.json").read_text())["segments"][0]["name"]
     path = copy / gen / "sparse" / name
     size = path.stat().st_size
     if damage == "truncate":
@@ -341,13 +351,13 @@ def test_corrupt_forward_store(saved_a, tmp_path, name, damage):
 def test_corrupt_docstore_and_dense(saved_a, tmp_path):
     for rel in ("texts.offsets.npy", "dense/vectors.npy"):
         copy = copy_index(saved_a, tmp_path / rel.replace("/", "_"))
-        gen = json.loads((copy / "manifest.json").read_text())["generation"]
+        gen = json.loads((copy / "manifest.json").read_text())["segments"][0]["name"]
         with open(copy / gen / rel, "r+b") as fh:
             fh.truncate(100)
         with pytest.raises(IndexFormatError):
             HybridRetriever.load(copy)
     copy = copy_index(saved_a, tmp_path / "ids")
-    gen = json.loads((copy / "manifest.json").read_text())["generation"]
+    gen = json.loads((copy / "manifest.json").read_text())["segments"][0]["name"]
     ids = (copy / gen / "docids.txt").read_text().splitlines()
     (copy / gen / "docids.txt").write_text("\n".join(ids[:-1]) + "\n")
     with pytest.raises(IndexFormatError):
@@ -419,12 +429,12 @@ def test_sigkill_during_commit_keeps_old_index(saved_a, paired_encoder, expected
         if proc.poll() is None:
             kill(proc)
     # the child died with B's generation complete on disk and its manifest written beside the old one
-    assert len(list(target.glob("gen-*"))) == 2
+    assert len(segment_dirs(target)) == 2
     assert Path(marker.read_text()).exists()
     assert which_index(target, paired_encoder, expected_a, expected_b) == "A"
     # the next save tidies the orphaned generation away
     HybridRetriever.load(saved_a, encoder=paired_encoder).save(target, overwrite=True)
-    assert len(list(target.glob("gen-*"))) == 1
+    assert len(segment_dirs(target)) == 1
     assert which_index(target, paired_encoder, expected_a, expected_b) == "A"
 
 
@@ -452,7 +462,7 @@ progress.write_text("0")
 i = 0
 while True:
     if i % 2 == 0:  # build B (every other time directly inside the target directory), then save it
-        r = HybridRetriever(enc).index(docs, batch_size=4, workdir=target if i % 4 == 0 else None)
+        r = HybridRetriever(enc).index(docs, batch_size=4, workdir=target if i % 4 == 0 else None, overwrite=True)
     else:           # put A back
         r = HybridRetriever.load(a_copy, encoder=enc)
     r.save(target, overwrite=True)
@@ -502,4 +512,4 @@ def test_sigkill_at_random_points_of_index_and_save(saved_a, paired_encoder, exp
     # writers are not stuck either: a fresh save over the wreck succeeds and tidies up
     HybridRetriever.load(saved_a, encoder=paired_encoder).save(target, overwrite=True)
     assert which_index(target, paired_encoder, expected_a, expected_b) == "A"
-    assert len(list(target.glob("gen-*"))) == 1
+    assert len(segment_dirs(target)) == 1

@@ -1,14 +1,16 @@
-"""An on-disk cache of encoded document chunks, so an interrupted index build resumes.
+"""An on-disk cache of encoded documents, keyed on content, so no text is ever encoded twice.
 
-Encoding is by far the slowest part of a build (tens of documents per second per CPU core), so
-:meth:`HybridRetriever.index` can keep each encoded chunk in a folder. Run the same build again
-after an interruption and chunks already there are read back instead of re-encoded; only the FAISS
-and tantivy writing (minutes even for millions of documents) is redone.
+Encoding is by far the slowest part of a build (tens of documents per second per CPU core). With
+a cache folder, every encoded document is kept under the key ``sha256(encoder config + text)``:
+run an interrupted build again and only the documents that are missing get encoded; rebuild or
+add to an index with the same encoder and an unchanged text is read back, while a *changed* text
+under the same id gets a new key and is always re-encoded. One folder may serve several encoders
+(the config is part of the key) and any chunking or document order.
 
-Layout: ``cache.json`` (the encoder's config and the chunk size: a cache written by another
-encoder is refused, never silently mixed) and one ``chunk-000000.npz`` per chunk holding a hash of
-the chunk's document ids, the dense matrix and the sparse CSR arrays. Every file is written to a
-temporary name and renamed, so a chunk is either complete or absent.
+Layout: ``cache.json`` (the format) and ``enc-<n>.npz`` files, each holding the keys of a batch of
+documents, their dense matrix and their sparse CSR arrays. Every file is written to a temporary
+name and renamed, so a file is either complete or absent; unreadable files are skipped with a
+warning and their documents re-encoded.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,92 +30,119 @@ import scipy.sparse as sp
 from ..errors import ConfigError
 from .base import EncodedBatch
 
-__all__ = ["EncodingCache"]
+__all__ = ["EncodingCache", "content_key"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "hybridret-encoding-cache-v1"
+FORMAT = "hybridret-encoding-cache-v2"
+_KEY_BYTES = 20
 
 
-def _ids_hash(ids: Sequence[str]) -> str:
-    h = hashlib.sha1()
-    for i in ids:
-        h.update(i.encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
+def content_key(encoder_config: dict[str, Any], text: str) -> bytes:
+    """The cache key of ``text`` encoded by the encoder described by ``encoder_config``."""
+    h = hashlib.sha256(json.dumps(encoder_config, sort_keys=True).encode())
+    h.update(b"\0")
+    h.update(text.encode("utf-8", "surrogatepass"))
+    return h.digest()[:_KEY_BYTES]
 
 
 class EncodingCache:
-    """Encoded chunks of one corpus under ``root``, for one encoder and one chunk size.
+    """Encoded documents under ``root`` for one encoder (others may share the folder).
 
     Raises:
-        ConfigError: ``root`` holds a cache written with a different encoder or chunk size.
+        ConfigError: ``root`` exists but is not an encoding cache of this format.
     """
 
-    def __init__(self, root: str | Path, encoder_config: dict[str, Any], chunk_size: int) -> None:
+    def __init__(self, root: str | Path, encoder_config: dict[str, Any]) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        meta = {"format": FORMAT, "encoder": encoder_config, "chunk_size": chunk_size}
+        self.config = encoder_config
         meta_file = self.root / "cache.json"
         if meta_file.is_file():
             try:
                 found = json.loads(meta_file.read_text())
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{meta_file} is not valid JSON ({exc}); remove the folder to start over") from exc
-            if found != json.loads(json.dumps(meta)):
-                what = "chunk size" if found.get("encoder") == meta["encoder"] else "encoder"
-                raise ConfigError(f"the encoding cache at {self.root} was written with another {what} "
-                                  f"({found.get('chunk_size')} vs {chunk_size} documents per chunk)"
-                                  if what == "chunk size" else
-                                  f"the encoding cache at {self.root} was written with another encoder; "
-                                  "remove it or pass a different folder")
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{meta_file} is not valid JSON ({exc}); remove the folder to start over") from None
+            if not isinstance(found, dict) or found.get("format") != FORMAT:
+                logger.warning("%s holds an encoding cache of another format (%s); starting a new one there",
+                               self.root, found.get("format") if isinstance(found, dict) else found)
+                for old in self.root.glob("chunk-*.npz"):
+                    old.unlink(missing_ok=True)
+                self._write_meta(meta_file)
         else:
-            tmp = meta_file.with_suffix(".json.tmp")
-            tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-            os.replace(tmp, meta_file)
+            self._write_meta(meta_file)
+        self._where: dict[bytes, tuple[str, int]] = {}
+        for path in sorted(self.root.glob("enc-*.npz")):
+            try:
+                with np.load(path, allow_pickle=False) as z:
+                    keys = z["keys"]
+            except (OSError, ValueError, KeyError) as exc:
+                logger.warning("unreadable cache file %s (%s); its documents will be re-encoded", path, exc)
+                continue
+            for row, key in enumerate(keys):
+                self._where[bytes(key)] = (path.name, row)
+        self._loaded: tuple[str, dict[str, np.ndarray]] | None = None
         self.hits = 0
         self.misses = 0
 
-    def _path(self, chunk: int) -> Path:
-        return self.root / f"chunk-{chunk:06d}.npz"
+    def _write_meta(self, meta_file: Path) -> None:
+        tmp = meta_file.with_suffix(f".json.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"format": FORMAT}, indent=2) + "\n")
+        os.replace(tmp, meta_file)
 
-    def get(self, chunk: int, ids: Sequence[str]) -> EncodedBatch | None:
-        """The cached encoding of chunk number ``chunk`` if it holds exactly ``ids``, else ``None``."""
-        path = self._path(chunk)
-        if not path.is_file():
-            self.misses += 1
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as z:
-                if str(z["ids_hash"]) != _ids_hash(ids):
-                    logger.warning("%s holds other documents than this chunk (the corpus changed?); re-encoding", path)
-                    self.misses += 1
-                    return None
-                dense = z["dense"] if "dense" in z.files else None
-                sparse = None
-                if "sp_data" in z.files:
-                    shape = tuple(int(x) for x in z["sp_shape"])
-                    sparse = sp.csr_matrix((z["sp_data"], z["sp_indices"], z["sp_indptr"]), shape=shape)
-        except (OSError, ValueError, KeyError) as exc:
-            logger.warning("unreadable cached chunk %s (%s); re-encoding", path, exc)
-            self.misses += 1
-            return None
-        self.hits += 1
-        return EncodedBatch(dense=dense, sparse=sparse)
+    def keys(self, texts: Sequence[str]) -> list[bytes]:
+        return [content_key(self.config, t) for t in texts]
 
-    def put(self, chunk: int, ids: Sequence[str], batch: EncodedBatch) -> None:
-        """Store ``batch`` as chunk number ``chunk`` (atomically)."""
-        arrays: dict[str, np.ndarray] = {"ids_hash": np.array(_ids_hash(ids))}
+    def _file(self, name: str) -> dict[str, np.ndarray]:
+        if self._loaded is None or self._loaded[0] != name:
+            with np.load(self.root / name, allow_pickle=False) as z:
+                self._loaded = (name, {k: z[k] for k in z.files})
+        return self._loaded[1]
+
+    def get(self, keys: Sequence[bytes]) -> tuple[list[int], list[tuple[np.ndarray | None, sp.csr_matrix | None]]]:
+        """Positions of ``keys`` found in the cache and, for each, ``(dense row, sparse 1-row CSR)``."""
+        found: list[int] = []
+        rows: list[tuple[np.ndarray | None, sp.csr_matrix | None]] = []
+        for i, key in enumerate(keys):
+            where = self._where.get(key)
+            if where is None:
+                self.misses += 1
+                continue
+            try:
+                z = self._file(where[0])
+            except (OSError, ValueError, KeyError) as exc:
+                logger.warning("unreadable cache file %s (%s); re-encoding", where[0], exc)
+                self.misses += 1
+                continue
+            r = where[1]
+            dense = z["dense"][r] if "dense" in z else None
+            sparse = None
+            if "sp_data" in z:
+                lo, hi = int(z["sp_indptr"][r]), int(z["sp_indptr"][r + 1])
+                sparse = sp.csr_matrix((z["sp_data"][lo:hi], z["sp_indices"][lo:hi], [0, hi - lo]),
+                                       shape=(1, int(z["sp_shape"][1])))
+            found.append(i)
+            rows.append((dense, sparse))
+            self.hits += 1
+        return found, rows
+
+    def put(self, keys: Sequence[bytes], batch: EncodedBatch) -> None:
+        """Store the encodings of ``keys`` (one file, written atomically)."""
+        if not keys:
+            return
+        arrays: dict[str, np.ndarray] = {"keys": np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), -1)}
         if batch.dense is not None:
             arrays["dense"] = np.ascontiguousarray(batch.dense, dtype=np.float32)
         if batch.sparse is not None:
             s = batch.sparse.tocsr()
             arrays.update(sp_data=s.data.astype(np.float32), sp_indices=s.indices.astype(np.int32),
                           sp_indptr=s.indptr.astype(np.int64), sp_shape=np.array(s.shape, dtype=np.int64))
-        path = self._path(chunk)
-        tmp = path.with_name("tmp-" + path.name)
+        name = f"enc-{uuid.uuid4().hex}.npz"
+        tmp = self.root / f"tmp-{os.getpid()}-{name}"
         np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        os.replace(tmp, self.root / name)
+        for row, key in enumerate(keys):
+            self._where[key] = (name, row)
 
     def nbytes(self) -> int:
-        return sum(p.stat().st_size for p in self.root.glob("chunk-*.npz"))
+        return sum(p.stat().st_size for p in self.root.glob("enc-*.npz"))

@@ -8,6 +8,7 @@ is rebuilt from the vectors on load instead of being stored twice.
 from __future__ import annotations
 
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,17 @@ def _make_index(dim: int, factory: str, metric: str) -> Any:
         raise ConfigError(f"invalid FAISS factory string {factory!r}: {str(exc).strip().splitlines()[-1]}") from exc
 
 
+def _min_train(index: Any) -> int:
+    """Vectors a FAISS index needs to be trained well: 39 per IVF list, and 256 for PQ/SQ codebooks."""
+    import faiss
+
+    try:
+        nlist = int(faiss.extract_index_ivf(index).nlist)
+    except (RuntimeError, AttributeError):
+        nlist = 0
+    return max(256, 39 * nlist)
+
+
 class DenseIndexBuilder:
     """Streams vectors to disk; :meth:`close` builds the FAISS index. Use :meth:`DenseIndex.create`."""
 
@@ -78,26 +90,33 @@ class DenseIndexBuilder:
 
         self.vectors.close()
         vectors = load_npy(self.root / "vectors.npy")
-        if self.factory != "Flat":
-            index = _make_index(self.dim, self.factory, self.metric)
+        n = vectors.shape[0]
+        factory = self.factory
+        if factory != "Flat":
+            index = _make_index(self.dim, factory, self.metric)
+            if not index.is_trained and n < _min_train(index):
+                # a small segment (an add of a few documents) is searched exactly; compaction
+                # rebuilds the merged segment with the requested factory
+                logger.info("FAISS %s needs training: %d vectors are searched with Flat in this segment", factory, n)
+                factory = "Flat"
+        if factory != "Flat":
             if not index.is_trained:
-                n = vectors.shape[0]
                 rng = np.random.default_rng(self.seed)
                 sample = np.sort(rng.choice(n, size=min(n, _TRAIN_SAMPLE), replace=False))
-                logger.info("training FAISS %s on %d vectors", self.factory, len(sample))
+                logger.info("training FAISS %s on %d vectors", factory, len(sample))
                 try:
                     index.train(np.ascontiguousarray(vectors[sample]))
                 except RuntimeError as exc:
                     raise ConfigError(
-                        f"FAISS {self.factory!r} could not be trained on {len(sample)} vectors "
+                        f"FAISS {factory!r} could not be trained on {len(sample)} vectors "
                         f"(IVF needs ~39 vectors per list): {str(exc).strip().splitlines()[-1]}"
                     ) from exc
-            for start in range(0, vectors.shape[0], _ADD_CHUNK):
+            for start in range(0, n, _ADD_CHUNK):
                 index.add(np.ascontiguousarray(vectors[start : start + _ADD_CHUNK]))
             faiss.write_index(index, str(self.root / "index.faiss"))
         atomic_write_json(self.root / "meta.json", {
-            "format": FORMAT, "num_docs": int(vectors.shape[0]), "dim": self.dim,
-            "factory": self.factory, "metric": self.metric,
+            "format": FORMAT, "num_docs": int(n), "dim": self.dim, "factory": factory, "metric": self.metric,
+            "requested_factory": self.factory,
         })
 
     def abort(self) -> None:
@@ -168,7 +187,8 @@ class DenseIndex:
         elif device not in (None, "auto", "cpu"):
             raise ConfigError(f"device {device!r} requested but FAISS has no usable GPU")
         self.index = index
-        self._cpu_copy: Any = None
+        self._cpu_copy: Any = None  # GPU only: a CPU copy for k above GPU_MAX_K or filtered search
+        self._cpu_lock = threading.Lock()
         # exact inner product on the CPU: for batches, a torch matmul + top-k over FAISS's own copy
         # of the vectors is 1.5-3.5x faster than IndexFlatIP.search (benchmarks/beir.py)
         self._xb: np.ndarray | None = None
@@ -226,8 +246,10 @@ class DenseIndex:
             out = -((docs - q[:, None, :]) ** 2).sum(-1)
         return np.where(rows >= 0, out, -np.inf).astype(np.float32)
 
-    def _matmul_search(self, xb: np.ndarray, q: np.ndarray, k: int, kk: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact inner-product top-k of a query batch over ``xb`` (FAISS's Flat storage), in blocks."""
+    def _matmul_search(self, xb: np.ndarray, q: np.ndarray, k: int, kk: int, allowed: np.ndarray | None
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact inner-product top-k of a query batch over ``xb`` (FAISS's Flat storage), in blocks;
+        rows outside ``allowed`` score ``-inf`` and are never returned."""
         import torch
 
         Q = torch.from_numpy(q)
@@ -235,6 +257,8 @@ class DenseIndex:
         best_s = best_i = None
         for start in range(0, self.num_docs, step):
             S = Q @ torch.from_numpy(xb[start : start + step]).T
+            if allowed is not None:
+                S[:, ~torch.from_numpy(allowed[start : start + step])] = -torch.inf
             s, i = torch.topk(S, min(kk, S.shape[1]), dim=1)
             i += start
             if best_s is not None:
@@ -243,45 +267,82 @@ class DenseIndex:
             best_s, best_i = s, i
         rows = best_i.numpy().astype(np.int64)
         scores = best_s.numpy().astype(np.float32)
-        if rows.shape[1] < k:
-            rows = np.pad(rows, ((0, 0), (0, k - rows.shape[1])), constant_values=-1)
-            scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
-        return rows, scores
+        rows = np.where(np.isfinite(scores), rows, -1)
+        return _pad(rows, scores, k)
 
-    def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def _cpu_index(self) -> Any:
+        if self.device != "cuda":
+            return self.index
+        with self._cpu_lock:  # rare path (large k or a filter on a GPU index); built once
+            if self._cpu_copy is None:
+                import faiss
+
+                self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
+            return self._cpu_copy
+
+    def _search_params(self, index: Any, allowed: np.ndarray) -> Any:
+        """FAISS search parameters restricting the search to ``allowed`` rows, keeping the index's
+        own run-time settings (nprobe, efSearch)."""
+        import faiss
+
+        sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(np.packbits(allowed, bitorder="little")))
+        try:
+            ivf = faiss.extract_index_ivf(index)
+        except (RuntimeError, AttributeError):
+            ivf = None
+        if ivf is not None:
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=ivf.nprobe)
+        elif hasattr(index, "hnsw"):
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=index.hnsw.efSearch)
+        else:
+            params = faiss.SearchParameters(sel=sel)
+        params._keep = sel  # the selector must outlive the call
+        return params
+
+    def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True, allowed: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows and scores ``(nq, k)``, ``-1``/``-inf`` padded. With ``rescore`` (default) the
-        FAISS candidates are re-scored exactly and re-sorted (matters for PQ and other lossy codes)."""
+        FAISS candidates are re-scored exactly and re-sorted (matters for PQ and other lossy codes).
+        ``allowed`` (a boolean mask over rows) restricts the search before top-k: through FAISS's
+        ID selector for FAISS indexes (exact for Flat; HNSW and IVF return the allowed rows they
+        visit), and by masking scores in the batched matmul path."""
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
         q = self._check(queries)
         if len(q) == 0:
             return np.zeros((0, k), dtype=np.int64), np.zeros((0, k), dtype=np.float32)
-        kk = min(k, max(1, self.num_docs))
+        if allowed is not None:
+            allowed = np.asarray(allowed, dtype=bool)
+            if allowed.shape != (self.num_docs,):
+                raise ConfigError(f"allowed mask has shape {allowed.shape}, expected ({self.num_docs},)")
+            if not allowed.any():
+                return _pad(np.zeros((len(q), 0), np.int64), np.zeros((len(q), 0), np.float32), k)
+        n_allowed = self.num_docs if allowed is None else int(allowed.sum())
+        kk = min(k, max(1, n_allowed))
         if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES:
-            return self._matmul_search(self._xb, q, k, kk)
+            return self._matmul_search(self._xb, q, k, kk, allowed)
         index = self.index
-        if self.device == "cuda" and kk > GPU_MAX_K:  # FAISS GPU kernels select at most 2048 per query
-            if self._cpu_copy is None:
-                import faiss
-
-                logger.info("k=%d is above FAISS GPU's limit of %d: searching a CPU copy of the index", kk, GPU_MAX_K)
-                self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
-            index = self._cpu_copy
-        scores, rows = index.search(q, kk)
+        params = None
+        if self.device == "cuda" and (kk > GPU_MAX_K or allowed is not None):
+            index = self._cpu_index()  # GPU kernels select at most 2048 and take no ID selector
+        if allowed is not None:
+            params = self._search_params(index, allowed)
+        scores, rows = index.search(q, kk, params=params) if params is not None else index.search(q, kk)
         rows = rows.astype(np.int64)
-        if rows.shape[1] < k:
-            pad = k - rows.shape[1]
-            rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
         if rescore and self.factory != "Flat":
             scores = self.score(q, rows)
             order = np.argsort(-scores, axis=1, kind="stable")
             rows = np.take_along_axis(rows, order, axis=1)
             scores = np.take_along_axis(scores, order, axis=1)
-        else:
-            if scores.shape[1] < k:
-                scores = np.pad(scores, ((0, 0), (0, k - scores.shape[1])), constant_values=-np.inf)
-            if self.metric == "l2":
-                scores = -scores
-        if rows.shape[1] and rows[:, -1].min() < 0:  # FAISS pads with -1 when it finds fewer than k
-            scores = np.where(rows >= 0, scores, -np.inf)
-        return rows, scores.astype(np.float32, copy=False)
+        elif self.metric == "l2":
+            scores = -scores
+        scores = np.where(rows >= 0, scores, -np.inf)  # FAISS pads with -1 when it finds fewer than k
+        return _pad(rows, scores.astype(np.float32, copy=False), k)
+
+
+def _pad(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    if rows.shape[1] < k:
+        pad = k - rows.shape[1]
+        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return rows, scores.astype(np.float32, copy=False)

@@ -1,20 +1,28 @@
-"""The index directory: a manifest, written last and atomically, naming one generation folder.
+"""The index directory: a manifest, written last and atomically, listing immutable segments.
 
-Layout::
+Layout (format 2)::
 
-    DIR/manifest.json     format version, library versions, counts, components, generation name
-    DIR/gen-<id>/         docids.txt, texts.*, dense/, sparse/ (see docs/index-format.md)
+    DIR/manifest.json        format version, commit number, library versions, settings, segments
+    DIR/seg-<id>/            one immutable segment: docids.txt, texts.*, metadata.jsonl, dense/, sparse/
+    DIR/seg-<id>/deleted-<commit>.npy   the segment's tombstones as of that commit (sorted rows)
+    DIR/write.lock           held (flock) by the one writer; see :mod:`hybridret.index.lock`
+    DIR/leases/              readers' leases: files a live reader uses are never deleted under it
 
-A build or save writes a *new* generation folder and only then replaces ``manifest.json`` (one
-atomic rename). Until that rename the old manifest still names the old, untouched generation,
-so a crash at any point leaves the previous index readable. Unreferenced generations are removed
-after a successful commit.
+Every write (build, add, upsert, delete, compact) creates new files only, then replaces
+``manifest.json`` (one atomic rename). Until that rename the old manifest names old, untouched
+files, so a crash at any point leaves the previous state readable; afterwards the new state is
+complete. Files no manifest or live lease names are removed after a commit.
+
+Format 1 (one ``gen-<id>/`` folder named by ``"generation"``) reads as one segment without
+tombstones; the first write to such an index writes a format-2 manifest over the same folder.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -26,13 +34,17 @@ from .._version import __version__
 from ..errors import IndexExistsError, IndexFormatError, IndexNotFoundError
 from .storage import atomic_write_json, fsync_dir, read_json
 
-__all__ = ["FORMAT_VERSION", "commit", "library_versions", "link_tree", "new_generation", "read_manifest"]
+__all__ = ["FORMAT_VERSION", "MANIFEST", "collect_garbage", "commit", "library_versions", "link_tree",
+           "new_segment", "read_manifest", "segment_files"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
-BUILDING = ".building"  # marker inside a generation that is still being written
+BUILDING = ".building"  # marker inside a segment that is still being written
+LEASES = "leases"
+_SEGMENT_NAME = re.compile(r"^(seg|gen)-[A-Za-z0-9-]+$")
+_DELETED_NAME = re.compile(r"^deleted-[0-9]+\.npy$")
 
 
 def library_versions() -> dict[str, str]:
@@ -45,18 +57,18 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def new_generation(root: str | Path) -> Path:
-    """Create an empty, marked generation folder inside ``root`` (created if needed)."""
+def new_segment(root: str | Path) -> Path:
+    """Create an empty, marked segment folder inside ``root`` (created if needed)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    gen = root / f"gen-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
-    gen.mkdir()
-    (gen / BUILDING).write_text(str(os.getpid()))
-    return gen
+    seg = root / f"seg-{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    seg.mkdir()
+    (seg / BUILDING).write_text(str(os.getpid()))
+    return seg
 
 
 def link_tree(src: Path, dst: Path) -> None:
-    """Copy a finished generation, hard-linking files where the filesystem allows (they are never
+    """Copy a finished segment, hard-linking files where the filesystem allows (they are never
     modified in place)."""
 
     def copy(s: str, d: str) -> None:
@@ -82,38 +94,108 @@ def _sync_tree(path: Path) -> None:
         fsync_dir(dirpath)
 
 
-def commit(root: str | Path, generation: Path, manifest: dict[str, Any], *, overwrite: bool) -> None:
-    """Make ``generation`` the live index of ``root`` by writing the manifest, then tidy up."""
+def segment_files(manifest: dict[str, Any]) -> set[str]:
+    """Paths (relative to the index directory) that a manifest needs: segment folders and tombstones."""
+    out: set[str] = set()
+    for seg in manifest.get("segments", []):
+        out.add(seg["name"])
+        if seg.get("deleted"):
+            out.add(f"{seg['name']}/{seg['deleted']}")
+    return out
+
+
+def commit(root: str | Path, body: dict[str, Any], *, previous: dict[str, Any] | None) -> dict[str, Any]:
+    """Make ``body`` (which lists ``segments``) the live state of ``root``, then remove what no
+    manifest or live lease needs. ``previous`` is the manifest the writer started from (``None``
+    for a new index); its commit number is incremented. Returns the manifest written."""
     root = Path(root)
-    path = root / MANIFEST
-    if path.exists() and not overwrite:
-        raise IndexExistsError(f"an index already exists at {root}; pass overwrite=True (CLI: --overwrite)")
-    (generation / BUILDING).unlink(missing_ok=True)
-    _sync_tree(generation)
-    body = {**manifest, "format_version": FORMAT_VERSION, "generation": generation.name,
-            "libraries": library_versions(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    atomic_write_json(path, body)
-    for old in root.glob("gen-*"):
-        if old.name == generation.name or not old.is_dir():
-            continue
-        marker = old / BUILDING
-        if marker.exists() and _alive(marker):
-            continue  # another process is still building there
-        shutil.rmtree(old, ignore_errors=True)
+    for seg in body["segments"]:
+        path = root / seg["name"]
+        if (path / BUILDING).exists():
+            _sync_tree(path)
+            (path / BUILDING).unlink()
+        if seg.get("deleted"):
+            _sync_tree(path)
+    fsync_dir(root)
+    out = {**body, "format_version": FORMAT_VERSION, "commit": int((previous or {}).get("commit", 0)) + 1,
+           "libraries": library_versions(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    out.pop("generation", None)
+    atomic_write_json(root / MANIFEST, out)
+    collect_garbage(root, out)
+    return out
 
 
-def _alive(marker: Path) -> bool:
-    """A generation still being built by a live process (this one included) must not be removed."""
+def _alive(pid: int) -> bool:
     try:
-        pid = int(marker.read_text().strip())
         os.kill(pid, 0)
-    except (ValueError, OSError):
+    except ProcessLookupError:
         return False
+    except OSError:  # exists but is not ours
+        return True
     return True
 
 
-def read_manifest(root: str | Path) -> tuple[dict[str, Any], Path]:
-    """The manifest and the generation folder it names; clear errors for anything amiss."""
+def _building_alive(marker: Path) -> bool:
+    """A segment still being built by a live process (this one included) must not be removed."""
+    try:
+        return _alive(int(marker.read_text().strip()))
+    except (ValueError, OSError):
+        return False
+
+
+def _leased(root: Path) -> set[str]:
+    """Everything named by the lease of a live reader; leases of dead processes are removed."""
+    out: set[str] = set()
+    folder = root / LEASES
+    if not folder.is_dir():
+        return out
+    for lease in folder.glob("lease-*.json"):
+        try:
+            data = json.loads(lease.read_text())
+            pid = int(data["pid"])
+            files = [str(f) for f in data["files"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being written, or damaged: the next collection decides
+        if _alive(pid):
+            out.update(files)
+        else:
+            lease.unlink(missing_ok=True)
+    return out
+
+
+def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
+    """Remove segments and tombstone files that neither ``manifest`` nor a live reader's lease
+    names, and segments left half-built by dead processes. Never raises for a file in use."""
+    root = Path(root)
+    keep = segment_files(manifest) | _leased(root)
+    for entry in root.iterdir():
+        if not entry.is_dir() or not _SEGMENT_NAME.match(entry.name):
+            continue
+        if entry.name not in keep:
+            marker = entry / BUILDING
+            if marker.exists() and _building_alive(marker):
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            continue
+        for f in entry.iterdir():
+            if _DELETED_NAME.match(f.name) and f"{entry.name}/{f.name}" not in keep:
+                f.unlink(missing_ok=True)
+
+
+def _v1_to_v2(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
+    gen = manifest.get("generation")
+    n = manifest.get("num_docs")
+    if not isinstance(gen, str) or not isinstance(n, int):
+        raise IndexFormatError(f"{path}: format-1 manifest without a generation and a document count")
+    out = {k: v for k, v in manifest.items() if k != "generation"}
+    out["segments"] = [{"name": gen, "num_docs": n, "deleted": None, "num_deleted": 0}]
+    out["commit"] = 0
+    return out
+
+
+def read_manifest(root: str | Path) -> dict[str, Any]:
+    """The manifest of ``root`` as format 2 (a format-1 manifest is read as one segment), checked:
+    segment names are plain folder names inside ``root`` and every segment folder exists."""
     root = Path(root)
     if not root.exists():
         raise IndexNotFoundError(f"no index at {root}: directory does not exist")
@@ -124,19 +206,38 @@ def read_manifest(root: str | Path) -> tuple[dict[str, Any], Path]:
     if not isinstance(manifest, dict):
         raise IndexFormatError(f"{path}: expected a JSON object")
     version = manifest.get("format_version")
-    if not isinstance(version, int):
+    if not isinstance(version, int) or isinstance(version, bool):
         raise IndexFormatError(f"{path}: no format_version")
     if version > FORMAT_VERSION:
         raise IndexFormatError(
             f"{path}: index format {version} is newer than this hybridret ({__version__}) reads "
             f"(format {FORMAT_VERSION}); upgrade hybridret"
         )
-    gen = root / str(manifest.get("generation", ""))
-    if not manifest.get("generation") or not gen.is_dir():
-        raise IndexFormatError(f"{path}: names generation {manifest.get('generation')!r}, which is missing")
+    if version == 1:
+        manifest = _v1_to_v2(manifest, path)
+    segments = manifest.get("segments")
+    if not isinstance(segments, list):
+        raise IndexFormatError(f"{path}: no segment list")
+    for seg in segments:
+        if not isinstance(seg, dict) or not isinstance(seg.get("name"), str) or not _SEGMENT_NAME.match(seg["name"]):
+            raise IndexFormatError(f"{path}: invalid segment entry {seg!r} (a segment is a folder inside the index)")
+        if not isinstance(seg.get("num_docs"), int) or seg["num_docs"] < 0:
+            raise IndexFormatError(f"{path}: segment {seg['name']} has no document count")
+        deleted = seg.get("deleted")
+        if deleted is not None and (not isinstance(deleted, str) or not _DELETED_NAME.match(deleted)):
+            raise IndexFormatError(f"{path}: segment {seg['name']} names an invalid tombstone file {deleted!r}")
+        if not (root / seg["name"]).is_dir():
+            raise IndexFormatError(f"{path}: names segment {seg['name']!r}, which is missing")
     saved = manifest.get("libraries", {})
     now = library_versions()
     for lib in ("faiss-cpu", "tantivy"):
-        if lib in saved and lib in now and saved[lib].split(".")[:2] != now[lib].split(".")[:2]:
+        if isinstance(saved, dict) and lib in saved and lib in now and \
+                str(saved[lib]).split(".")[:2] != now[lib].split(".")[:2]:
             logger.warning("index at %s was written with %s %s; this is %s", root, lib, saved[lib], now[lib])
-    return manifest, gen
+    return manifest
+
+
+def require_absent(root: str | Path, overwrite: bool) -> None:
+    """Refuse to write a new index over an existing one unless ``overwrite``."""
+    if (Path(root) / MANIFEST).exists() and not overwrite:
+        raise IndexExistsError(f"an index already exists at {root}; pass overwrite=True (CLI: --overwrite)")

@@ -20,8 +20,11 @@ The same index holds a ``text`` field (English stemming, stop words) for plain B
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -81,6 +84,38 @@ class SparseSearchStats:
     fetched: list[int] = field(default_factory=list)  # final tantivy depth per query
     rounds: list[int] = field(default_factory=list)  # tantivy searches per query
     brute_force: int = 0  # queries that fell back to scoring every document
+
+
+_READ_ONLY_VIEWS: list[str] = []  # link folders made for read-only indexes; removed at exit
+
+
+def _remove_views() -> None:
+    for view in _READ_ONLY_VIEWS:
+        shutil.rmtree(view, ignore_errors=True)
+
+
+def _open_tantivy(path: Path) -> Any:
+    """Open a committed tantivy index for reading. tantivy takes a lock file in the index folder
+    even to read; where the folder is not writable (read-only volumes, image layers, shared mounts)
+    the index is opened through a private folder of links to its files instead."""
+    import tantivy
+
+    if not path.is_dir():
+        raise IndexFormatError(f"missing index folder {path}")
+    try:
+        if os.access(path, os.W_OK):
+            return tantivy.Index.open(str(path))
+        if not _READ_ONLY_VIEWS:
+            atexit.register(_remove_views)
+        view = Path(tempfile.mkdtemp(prefix="hybridret-ro-"))
+        for f in path.iterdir():
+            if not f.name.endswith(".lock"):
+                (view / f.name).symlink_to(f.resolve())
+        index = tantivy.Index.open(str(view))
+        _READ_ONLY_VIEWS.append(str(view))
+        return index
+    except (ValueError, OSError) as exc:
+        raise IndexFormatError(f"{path}: cannot open tantivy index: {exc}") from exc
 
 
 class SparseIndexBuilder:
@@ -197,7 +232,6 @@ class SparseIndex:
     """Exact learned-sparse top-k and BM25 over one directory (see the module docstring)."""
 
     def __init__(self, root: str | Path) -> None:
-        import tantivy
 
         self.root = Path(root)
         meta = read_json(self.root / "meta.json")
@@ -225,17 +259,13 @@ class SparseIndex:
         self.tokens = _token_table(self.vocab_size, self.slots)
         self.overflow = load_npy(self.root / "overflow.npy", mmap=False)
         self.df = load_npy(self.root / "df.npy", mmap=False)
-        try:
-            self.index = tantivy.Index.open(str(self.root / "tantivy"))
-        except ValueError as exc:
-            raise IndexFormatError(f"{self.root / 'tantivy'}: cannot open tantivy index: {exc}") from exc
+        self.index = _open_tantivy(self.root / "tantivy")
         self.index.register_tokenizer(BM25_TOKENIZER, _bm25_analyzer())
         self.schema = self.index.schema
         self.searcher = self.index.searcher()
         if self.searcher.num_docs != n:
             raise IndexFormatError(f"{self.root}: tantivy holds {self.searcher.num_docs} documents, meta.json says {n}")
         self.analyzer = _bm25_analyzer()
-        self.last_stats = SparseSearchStats()
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
@@ -293,7 +323,7 @@ class SparseIndex:
         slack = float(np.dot(q_val, self.overflow[q_idx])) if len(q_idx) else 0.0
         return (Query.boolean_query(clauses) if clauses else None), slack
 
-    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int
+    def _search_one(self, q: sp.csr_matrix, k: int, depth: int, max_depth: int, allowed: np.ndarray | None
                     ) -> tuple[np.ndarray, np.ndarray, int, int, bool]:
         q_idx, q_val = q.indices, q.data.astype(np.float64)
         keep = q_val > 0
@@ -313,14 +343,14 @@ class SparseIndex:
             if not hits:
                 return empty[0], empty[1], 0, rounds, False
             rows = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
-            exact = self.forward[rows] @ dense_q
             complete = len(hits) < depth  # every document matching any query term was fetched
+            bound = hits[-1][0] * (1 + _REL_TOL) + slack + _ABS_TOL
+            if allowed is not None:  # pre-filter: only allowed rows compete for the top-k
+                rows = rows[allowed[rows]]
+            exact = self.forward[rows] @ dense_q
             order = np.lexsort((rows, -exact))[:k]
-            if complete:
-                proven = True
-            else:  # every document not fetched scores at most the last hit's upper bound
-                bound = hits[-1][0] * (1 + _REL_TOL) + slack + _ABS_TOL
-                proven = len(order) >= k and bool(exact[order[k - 1]] >= bound)
+            # every document not fetched scores at most the last hit's upper bound
+            proven = complete or (len(order) >= k and bool(exact[order[k - 1]] >= bound))
             if proven:
                 out_rows = np.full(k, -1, dtype=np.int64)
                 out_scores = np.full(k, -np.inf, dtype=np.float32)
@@ -330,11 +360,14 @@ class SparseIndex:
                 out_scores[:n] = exact[order][pos]
                 return out_rows, out_scores, depth, rounds, False
             if depth >= max_depth:
-                return (*self._brute_force(dense_q, k), depth, rounds, True)
+                return (*self._brute_force(dense_q, k, allowed), depth, rounds, True)
             depth = min(depth * 4, max_depth)
 
-    def _brute_force(self, dense_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _brute_force(self, dense_q: np.ndarray, k: int, allowed: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
         scores = np.asarray(self.forward @ dense_q).ravel()
+        if allowed is not None:
+            scores = np.where(allowed, scores, 0.0)
         top = np.argsort(-scores, kind="stable")[:k]  # stable: ties by row, as tantivy's path
         top = top[scores[top] > 0]
         out_rows = np.full(k, -1, dtype=np.int64)
@@ -344,12 +377,15 @@ class SparseIndex:
         return out_rows, out_scores
 
     def search(self, queries: sp.csr_matrix, k: int = 10, *, depth: int | None = None,
-               max_depth: int = 10_000, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               max_depth: int = 10_000, threads: int | None = None, allowed: np.ndarray | None = None,
+               stats: SparseSearchStats | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k by dot product. Returns ``rows (nq, k)`` (``-1`` padding) and ``scores``.
 
-        ``depth`` is the first tantivy depth tried (default ``2k + 10``); a query whose top-k is not
-        proven by ``max_depth`` is scored against every document instead. Documents with score 0
-        are never returned. Ties are broken by row (insertion order).
+        ``depth`` is the first tantivy depth tried (default ``2k + 10``, divided by the share of
+        ``allowed`` rows when a mask is given); a query whose top-k is not proven by ``max_depth``
+        is scored against every (allowed) document instead. Documents with score 0 are never
+        returned. Ties are broken by row (insertion order). ``allowed`` (boolean mask over rows)
+        restricts the top-k to those rows, exactly. ``stats``, if given, is filled with the work done.
         """
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
@@ -360,66 +396,108 @@ class SparseIndex:
         if q.nnz and float(q.data.min()) < 0:
             raise ConfigError("sparse query weights must be non-negative for an exact top-k")
         first = depth or (2 * k + 10)
+        if allowed is not None:
+            share = max(float(np.count_nonzero(allowed)) / max(1, self.num_docs), 1e-6)
+            first = int(min(max_depth, np.ceil(first / share)))
         max_depth = max(max_depth, first)
         n = q.shape[0]
         rows = np.full((n, k), -1, dtype=np.int64)
         scores = np.full((n, k), -np.inf, dtype=np.float32)
-        stats = SparseSearchStats(queries=n, fetched=[0] * n, rounds=[0] * n)
+        st = stats if stats is not None else SparseSearchStats()
+        st.queries, st.fetched, st.rounds, st.brute_force = n, [0] * n, [0] * n, 0
 
         def one(i: int) -> None:
-            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth)
+            r, s, d, rd, bf = self._search_one(q[i], k, first, max_depth, allowed)
             rows[i], scores[i] = r, s
-            stats.fetched[i], stats.rounds[i] = d, rd
+            st.fetched[i], st.rounds[i] = d, rd
             if bf:
-                stats.brute_force += 1
+                st.brute_force += 1
 
         _run(one, n, threads)
-        self.last_stats = stats
         return rows, scores
 
     # -- BM25 ---------------------------------------------------------------------------------
-    def _bm25_query(self, text: str) -> Any:
+    def bm25_tokens(self, text: str) -> list[str]:
+        """The analysed tokens of a query (English stemming and stop words, as the text field)."""
+        return list(self.analyzer.analyze(text))
+
+    def doc_freq(self, token: str) -> int:
+        return int(self.searcher.doc_freq("text", token))
+
+    def _bm25_query(self, tokens: Sequence[str], boosts: dict[str, float] | None = None) -> Any:
         import tantivy
 
-        tokens = self.analyzer.analyze(text)
-        if not tokens:
-            return None
         Query, Should = tantivy.Query, tantivy.Occur.Should
-        return Query.boolean_query(
-            [(Should, Query.term_query(self.schema, "text", tok, index_option="freq")) for tok in tokens]
-        )
+        clauses = []
+        for tok in tokens:
+            clause = Query.term_query(self.schema, "text", tok, index_option="freq")
+            if boosts is not None:
+                b = boosts.get(tok)
+                if b is None:  # no document of this index has the term
+                    continue
+                if b != 1.0:
+                    clause = Query.boost_query(clause, b)
+            clauses.append((Should, clause))
+        return Query.boolean_query(clauses) if clauses else None
 
-    def search_bm25(self, texts: Sequence[str], k: int = 10, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """BM25 (tantivy: k1 = 1.2, b = 0.75) over the ``text`` field; same shapes as :meth:`search`."""
+    def _bm25_check(self, k: int | None = None) -> None:
         if not self.meta.get("bm25", True):
             raise ConfigError(f"{self.root}: this index was built without BM25 text")
-        if k < 1:
+        if k is not None and k < 1:
             raise ConfigError(f"k must be positive, got {k}")
+
+    def search_bm25(self, texts: Sequence[str], k: int = 10, *, threads: int | None = None,
+                    allowed: np.ndarray | None = None, tokens: Sequence[Sequence[str]] | None = None,
+                    boosts: Sequence[dict[str, float] | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """BM25 (tantivy: k1 = 1.2, b = 0.75) over the ``text`` field; same shapes as :meth:`search`.
+
+        ``allowed`` restricts the top-k to those rows (fetching deeper until ``k`` allowed rows are
+        found or every match was seen: exact). ``tokens`` (analysed queries) and ``boosts`` (per
+        query, token -> clause boost, e.g. global idf / this index's idf) come from a caller that
+        searches several indexes as one; a token missing from a boost map is left out."""
+        self._bm25_check(k)
         n = len(texts)
         rows = np.full((n, k), -1, dtype=np.int64)
         scores = np.full((n, k), -np.inf, dtype=np.float32)
+        first = k
+        if allowed is not None:
+            share = max(float(np.count_nonzero(allowed)) / max(1, self.num_docs), 1e-6)
+            first = int(min(self.num_docs + 1, np.ceil((k + 10) / share)))
 
         def one(i: int) -> None:
-            query = self._bm25_query(texts[i])
+            query = self._bm25_query(tokens[i] if tokens is not None else self.bm25_tokens(texts[i]),
+                                     boosts[i] if boosts is not None else None)
             if query is None:
                 return
-            hits = self.searcher.search(query, k, count=False).hits
-            if hits:
-                rows[i, : len(hits)] = self.searcher.fast_field_values("row", [a for _, a in hits])
-                scores[i, : len(hits)] = [s for s, _ in hits]
+            depth = first
+            while True:
+                hits = self.searcher.search(query, depth, count=False).hits
+                got = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
+                sc = np.asarray([s for s, _ in hits], dtype=np.float32)
+                if allowed is not None and len(got):
+                    keep = allowed[got]
+                    got, sc = got[keep], sc[keep]
+                if len(got) >= k or len(hits) < depth:
+                    m = min(k, len(got))
+                    rows[i, :m], scores[i, :m] = got[:m], sc[:m]
+                    return
+                depth *= 4
 
         _run(one, n, threads)
         return rows, scores
 
-    def score_bm25(self, texts: Sequence[str], rows: np.ndarray) -> np.ndarray:
-        """Exact BM25 scores of given documents (0 where no query term matches)."""
+    def score_bm25(self, texts: Sequence[str], rows: np.ndarray, *, tokens: Sequence[Sequence[str]] | None = None,
+                   boosts: Sequence[dict[str, float] | None] | None = None) -> np.ndarray:
+        """Exact BM25 scores of given documents (0 where no query term matches); ``tokens`` and
+        ``boosts`` as in :meth:`search_bm25`."""
         import tantivy
 
         Query, Occur = tantivy.Query, tantivy.Occur
         rows = np.asarray(rows, dtype=np.int64)
         out = np.zeros(rows.shape, dtype=np.float32)
         for i, text in enumerate(texts):
-            bm25 = self._bm25_query(text)
+            bm25 = self._bm25_query(tokens[i] if tokens is not None else self.bm25_tokens(text),
+                                    boosts[i] if boosts is not None else None)
             cand = [int(r) for r in rows[i] if r >= 0]
             if bm25 is None or not cand:
                 continue

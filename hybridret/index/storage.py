@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import IndexFormatError
 
-__all__ = ["NpyAppender", "atomic_write_json", "fsync_dir", "load_npy", "read_json"]
+__all__ = ["NpyAppender", "atomic_write_json", "atomic_write_npy", "fsync_dir", "load_npy", "read_json"]
 
 _HEADER_LEN = 128  # bytes reserved for the .npy header: room for any 2-D shape we write
 
@@ -92,6 +92,22 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
         with open(tmp, "w", encoding="utf-8") as fh:
             json.dump(data, fh, indent=2, sort_keys=True)
             fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_npy(path: str | Path, array: np.ndarray) -> None:
+    """Write an ``.npy`` file to a temporary sibling, fsync it, then rename over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            np.save(fh, np.asarray(array), allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

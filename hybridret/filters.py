@@ -1,0 +1,221 @@
+"""Metadata filters: the syntax vector databases use (MongoDB-style), parsed once, evaluated as row masks.
+
+Syntax (a JSON object; several keys in one object are ANDed)::
+
+    {"source": "wiki"}                         equality (on a list field: the list contains the value)
+    {"source": {"$ne": "wiki"}}                not equal (documents without the field match)
+    {"lang": {"$in": ["en", "de"]}}            one of ($nin: none of; missing fields match $nin)
+    {"year": {"$gte": 2020, "$lt": 2024}}      ranges: $gt $gte $lt $lte on numbers, or on strings
+                                               (ISO dates compare correctly as strings)
+    {"url": {"$exists": true}}                 the field is present (null counts as present)
+    {"$and": [F, ...]}  {"$or": [F, ...]}  {"$not": F}
+    {"author.name": "Ada"}                     dots address nested objects
+
+Comparisons are type-strict: ``1`` matches neither ``true`` nor ``"1"``; integers and floats compare
+as numbers. A filter is applied *before* top-k in every retriever (see :mod:`hybridret.retrievers`),
+so a filtered search returns ``k`` hits whenever ``k`` documents match.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from .errors import ConfigError
+from .index.metadata import Column, MetadataColumns
+
+__all__ = ["Filter", "FilterError", "parse_filter"]
+
+_FIELD_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
+_RANGE = ("$gt", "$gte", "$lt", "$lte")
+_MAX_NODES = 1024
+
+
+class FilterError(ConfigError):
+    """A filter is malformed; the message says where (``filter.$and[1].year.$gte``) and why."""
+
+
+@dataclass(frozen=True)
+class _Cond:
+    path: str
+    op: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class _Bool:
+    op: str  # $and | $or | $not
+    children: tuple[Node, ...]
+
+
+Node = Union[_Cond, _Bool]
+
+
+def _scalar(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float) and math.isfinite(value):
+        return value
+    raise FilterError(f"{where}: expected a string, number, boolean or null, got {value!r}")
+
+
+def _parse_field(path: str, spec: Any, where: str) -> list[Node]:
+    if not path or path.startswith("$"):
+        raise FilterError(f"{where}: unknown operator {path!r} (expected $and, $or, $not or a field name)")
+    if not isinstance(spec, Mapping) or not any(str(k).startswith("$") for k in spec):
+        if isinstance(spec, (list, tuple)):
+            raise FilterError(f"{where}: a list needs an operator, e.g. {{{json.dumps(path)}: {{\"$in\": [...]}}}}")
+        return [_Cond(path, "$eq", _scalar(spec, where))]
+    out: list[Node] = []
+    for op, value in spec.items():
+        at = f"{where}.{op}"
+        if op not in _FIELD_OPS:
+            raise FilterError(f"{at}: unknown operator (expected one of {', '.join(_FIELD_OPS)})")
+        if op in ("$in", "$nin"):
+            if not isinstance(value, (list, tuple)):
+                raise FilterError(f"{at}: expected a list of values")
+            value = tuple(_scalar(v, f"{at}[{i}]") for i, v in enumerate(value))
+        elif op == "$exists":
+            if not isinstance(value, bool):
+                raise FilterError(f"{at}: expected true or false")
+        elif op in _RANGE:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
+                    isinstance(value, float) and not math.isfinite(value)):
+                raise FilterError(f"{at}: expected a number or a string, got {value!r}")
+        else:
+            value = _scalar(value, at)
+        out.append(_Cond(path, op, value))
+    return out
+
+
+def _parse(spec: Any, where: str, count: list[int]) -> Node:
+    count[0] += 1
+    if count[0] > _MAX_NODES:
+        raise FilterError(f"filter has more than {_MAX_NODES} conditions")
+    if not isinstance(spec, Mapping):
+        raise FilterError(f"{where}: expected a JSON object, got {type(spec).__name__}")
+    if not spec:
+        raise FilterError(f"{where}: empty filter object")
+    nodes: list[Node] = []
+    for key, value in spec.items():
+        if not isinstance(key, str):
+            raise FilterError(f"{where}: keys must be strings, got {key!r}")
+        at = f"{where}.{key}"
+        if key in ("$and", "$or"):
+            if not isinstance(value, (list, tuple)) or not value:
+                raise FilterError(f"{at}: expected a non-empty list of filters")
+            nodes.append(_Bool(key, tuple(_parse(v, f"{at}[{i}]", count) for i, v in enumerate(value))))
+        elif key == "$not":
+            nodes.append(_Bool("$not", (_parse(value, at, count),)))
+        else:
+            nodes.extend(_parse_field(key, value, at))
+    return nodes[0] if len(nodes) == 1 else _Bool("$and", tuple(nodes))
+
+
+def _num(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _eq(col: Column, value: Any) -> np.ndarray:
+    if value is None:
+        out = col.is_null.copy()
+    elif isinstance(value, bool):
+        out = col.is_bool & (col.bool == value)
+    elif _num(value):
+        out = col.is_num & (col.num == float(value))
+    else:
+        out = col.is_str & (col.str == value)
+    for row, items in col.lists.items():  # list fields: membership, type-strict
+        out[row] = any(_same(x, value) for x in items)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if _num(a) and _num(b):
+        return float(a) == float(b)
+    return type(a) is type(b) and a == b
+
+
+def _range(col: Column, op: str, value: Any) -> np.ndarray:
+    if _num(value):
+        base, vals, bound = col.is_num, col.num, float(value)
+    else:
+        base, vals, bound = col.is_str, col.str, value
+    out = np.zeros(col.present.shape, dtype=bool)
+    idx = np.flatnonzero(base)
+    if len(idx):
+        sub = vals[idx]
+        cmp = {"$gt": sub > bound, "$gte": sub >= bound, "$lt": sub < bound, "$lte": sub <= bound}[op]
+        out[idx] = np.asarray(cmp, dtype=bool)
+    for row, items in col.lists.items():
+        out[row] = any(_cmp(x, op, value) for x in items)
+    return out
+
+
+def _cmp(x: Any, op: str, value: Any) -> bool:
+    if not ((_num(x) and _num(value)) or (isinstance(x, str) and isinstance(value, str))):
+        return False
+    return {"$gt": x > value, "$gte": x >= value, "$lt": x < value, "$lte": x <= value}[op]
+
+
+def _eval(node: Node, cols: MetadataColumns) -> np.ndarray:
+    n = cols.n
+    if isinstance(node, _Bool):
+        parts = [_eval(c, cols) for c in node.children]
+        if node.op == "$not":
+            return ~parts[0]
+        out = parts[0].copy()
+        for p in parts[1:]:
+            out = (out & p) if node.op == "$and" else (out | p)
+        return out
+    col = cols.get(node.path)
+    if col is None:  # no document of this segment has the field
+        return np.full(n, node.op in ("$ne", "$nin") or (node.op == "$exists" and not node.value), dtype=bool)
+    if node.op == "$exists":
+        return col.present.copy() if node.value else ~col.present
+    if node.op == "$eq":
+        return _eq(col, node.value)
+    if node.op == "$ne":
+        return ~_eq(col, node.value)
+    if node.op in ("$in", "$nin"):
+        out = np.zeros(n, dtype=bool)
+        for v in node.value:
+            out |= _eq(col, v)
+        return out if node.op == "$in" else ~out
+    return _range(col, node.op, node.value)
+
+
+class Filter:
+    """A parsed, validated filter; :meth:`mask` evaluates it over one segment's metadata."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        self.spec = spec
+        self.root = _parse(spec, "filter", [0])
+
+    def mask(self, columns: MetadataColumns) -> np.ndarray:
+        """Boolean mask over the segment's rows: ``True`` where the document matches."""
+        return _eval(self.root, columns)
+
+    def __repr__(self) -> str:
+        return f"Filter({json.dumps(self.spec, sort_keys=True)})"
+
+
+def parse_filter(spec: Filter | Mapping[str, Any] | str | None) -> Filter | None:
+    """A :class:`Filter` from a dict, a JSON string (CLI ``--filter``) or ``None`` (no filter)."""
+    if spec is None or isinstance(spec, Filter):
+        return spec
+    if isinstance(spec, (str, bytes)):
+        try:
+            spec = json.loads(spec)
+        except ValueError as exc:
+            raise FilterError(f"filter is not valid JSON: {exc}") from None
+    if isinstance(spec, Sequence) or not isinstance(spec, Mapping):
+        raise FilterError(f"filter must be a JSON object, got {type(spec).__name__}")
+    return Filter(spec)

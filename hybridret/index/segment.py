@@ -1,0 +1,137 @@
+"""One immutable segment: the documents of one write, with every component of the index.
+
+A segment folder holds ``docids.txt`` and the text store (:mod:`.docstore`), ``metadata.jsonl``
+(:mod:`.metadata`), ``keys.npy`` (a 16-byte hash of each document's encoded text, so an unchanged
+text is never encoded again), ``dense/`` (:mod:`.dense`) and ``sparse/`` (:mod:`.sparse`: learned
+terms and BM25). Nothing in it changes after its commit; deletions are tombstone files beside it
+(``deleted-<commit>.npy``, named by the manifest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..encoders import EncodedBatch
+from ..errors import IndexFormatError
+from .dense import DenseIndex
+from .docstore import DocStore, DocStoreWriter
+from .metadata import MetadataColumns, MetadataWriter, read_metadata
+from .sparse import SparseIndex
+from .storage import NpyAppender, load_npy
+
+__all__ = ["Segment", "SegmentWriter", "text_key"]
+
+logger = logging.getLogger(__name__)
+
+KEY_BYTES = 16
+
+
+def text_key(text: str) -> bytes:
+    """The hash under which a document's encoded text is recognised (16 bytes of SHA-256)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:KEY_BYTES]
+
+
+class SegmentWriter:
+    """Streams encoded documents into a new segment folder; :meth:`close` finishes every part."""
+
+    def __init__(self, root: Path, *, dense_dim: int | None, vocab_size: int | None, settings: dict[str, Any]) -> None:
+        self.root = root
+        s = settings
+        self.docs = DocStoreWriter(root, store_text=s["store_text"])
+        self.meta = MetadataWriter(root)
+        self.keys = NpyAppender(root / "keys.npy", np.uint8, (KEY_BYTES,))
+        self.dense = self.sparse = None
+        self.count = 0
+        try:
+            if dense_dim:
+                self.dense = DenseIndex.create(root / "dense", int(dense_dim), factory=s["faiss_factory"],
+                                               metric=s["faiss_metric"])
+            if vocab_size is not None or s["bm25"]:
+                slots = {"bits" if s["sparse_scheme"] == "planes" else "buckets": s["sparse_bits"]}
+                self.sparse = SparseIndex.create(root / "sparse", vocab_size or 1, scheme=s["sparse_scheme"], **slots,
+                                                 max_weight=s["sparse_max_weight"], bm25=s["bm25"])
+        except BaseException:
+            self.abort()
+            raise
+        self.has_sparse_vectors = vocab_size is not None
+
+    def add(self, ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], full_texts: Sequence[str],
+            metadata: Sequence[dict[str, Any]], enc: EncodedBatch, keys: Sequence[bytes]) -> None:
+        n = len(ids)
+        self.docs.add(list(ids), list(titles), list(texts))
+        self.meta.add(list(metadata))
+        self.keys.append(np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(n, KEY_BYTES))
+        if self.dense is not None:
+            self.dense.add(enc.dense)
+        if self.sparse is not None:
+            weights = enc.sparse if self.has_sparse_vectors and enc.sparse is not None else \
+                sp.csr_matrix((n, self.sparse.vocab_size), dtype=np.float32)
+            self.sparse.add(weights, list(full_texts))
+        self.count += n
+
+    def close(self) -> None:
+        self.docs.close()
+        self.meta.close()
+        self.keys.close()
+        if self.dense is not None:
+            self.dense.close()
+        if self.sparse is not None:
+            self.sparse.close()
+
+    def abort(self) -> None:
+        for part in (self.docs, self.keys, self.dense, self.sparse):
+            if part is not None:
+                try:
+                    part.abort()
+                except Exception:  # already closed or half-made: the folder goes next anyway
+                    logger.debug("abort of %s failed", part, exc_info=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class Segment:
+    """A committed segment, opened read-only. Every part is opened eagerly (a reader must not
+    find a file gone later), and nothing is written afterwards, so one instance serves any number
+    of threads and snapshots."""
+
+    def __init__(self, root: str | Path, num_docs: int, *, device: str | None = None) -> None:
+        self.root = Path(root)
+        self.name = self.root.name
+        self.num_docs = int(num_docs)
+        self.docs = DocStore(self.root, expected=self.num_docs)
+        self.dense = DenseIndex(self.root / "dense", device=device) if (self.root / "dense").is_dir() else None
+        self.sparse = SparseIndex(self.root / "sparse") if (self.root / "sparse").is_dir() else None
+        for name, part in (("dense", self.dense), ("sparse", self.sparse)):
+            if part is not None and part.num_docs != self.num_docs:
+                raise IndexFormatError(f"{self.root}: {name} index holds {part.num_docs} documents, "
+                                       f"expected {self.num_docs}")
+        rows = read_metadata(self.root, self.num_docs)
+        self.metadata = rows
+        self.columns = MetadataColumns(rows, self.num_docs)
+        self.keys: np.ndarray | None = None
+        if (self.root / "keys.npy").is_file():  # absent in format-1 folders
+            self.keys = np.asarray(load_npy(self.root / "keys.npy", mmap=False))
+            if self.keys.shape != (self.num_docs, KEY_BYTES):
+                raise IndexFormatError(f"{self.root}/keys.npy does not match the segment's {self.num_docs} documents")
+
+    def metadata_of(self, row: int) -> dict[str, Any]:
+        return dict(self.metadata[row]) if self.metadata is not None else {}
+
+    def key_of(self, row: int) -> bytes | None:
+        return bytes(self.keys[row]) if self.keys is not None else None
+
+    def tombstones(self, name: str | None) -> np.ndarray:
+        """The deleted rows listed by the tombstone file ``name`` (sorted, unique)."""
+        if not name:
+            return np.zeros(0, dtype=np.int64)
+        rows = np.asarray(load_npy(self.root / name, mmap=False), dtype=np.int64)
+        if rows.ndim != 1 or (len(rows) and (rows.min() < 0 or rows.max() >= self.num_docs)):
+            raise IndexFormatError(f"{self.root / name}: tombstones outside the segment's {self.num_docs} rows")
+        return rows

@@ -1,0 +1,157 @@
+"""What a reader holds: one committed state of an index directory, immutable once opened.
+
+A :class:`Snapshot` is the manifest read at one moment plus every segment it names, opened, and
+the tombstones as of that commit. Rows are numbered globally across segments in manifest order
+(segment offset + row in the segment); deleted rows keep their numbers and are masked. A writer
+committing meanwhile changes nothing a snapshot uses: new files only, and old ones are kept while
+the snapshot's lease (``DIR/leases/``) names them. ``Searcher.refresh`` opens a newer snapshot,
+reusing the segments it already has open.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+import weakref
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import IndexFormatError, IndexNotFoundError
+from .manifest import LEASES, read_manifest, segment_files
+from .segment import Segment
+
+__all__ = ["Snapshot", "open_snapshot"]
+
+logger = logging.getLogger(__name__)
+
+
+def _write_lease(root: Path, manifest: dict[str, Any]) -> Path | None:
+    folder = root / LEASES
+    path = folder / f"lease-{os.getpid()}-{uuid.uuid4().hex[:12]}.json"
+    try:
+        folder.mkdir(exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"pid": os.getpid(), "commit": manifest.get("commit"),
+                                   "files": sorted(segment_files(manifest))}))
+        os.replace(tmp, path)
+    except OSError as exc:  # read-only index: no writer can delete anything either
+        logger.debug("no reader lease at %s: %s", folder, exc)
+        return None
+    return path
+
+
+def _drop_lease(path: Path | None) -> None:
+    if path is not None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+class Snapshot:
+    """Segments, tombstones and the id map of one commit. Read-only after construction."""
+
+    def __init__(self, root: Path, manifest: dict[str, Any], segments: list[Segment], lease: Path | None) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.segments = segments
+        self.commit = int(manifest.get("commit", 0))
+        sizes = [s.num_docs for s in segments]
+        self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+        self.num_rows = int(self.offsets[-1])
+        self.deleted: list[np.ndarray] = []
+        self.live: list[np.ndarray | None] = []
+        for seg, entry in zip(segments, manifest["segments"]):
+            dead = seg.tombstones(entry.get("deleted"))
+            self.deleted.append(dead)
+            if len(dead):
+                mask = np.ones(seg.num_docs, dtype=bool)
+                mask[dead] = False
+                self.live.append(mask)
+            else:
+                self.live.append(None)
+        self.num_deleted = int(sum(len(d) for d in self.deleted))
+        self.num_docs = self.num_rows - self.num_deleted
+        self.ids = np.concatenate([s.docs.ids for s in segments]) if segments else np.zeros(0, dtype=object)
+        self._row: dict[str, int] = {}
+        for i, seg in enumerate(segments):
+            base = int(self.offsets[i])
+            live = self.live[i]
+            for j, doc_id in enumerate(seg.docs.ids):
+                if live is None or live[j]:
+                    self._row[str(doc_id)] = base + j
+        if len(self._row) != self.num_docs:
+            raise IndexFormatError(f"{root}: {self.num_docs} live documents but {len(self._row)} distinct ids "
+                                   "(an id is live twice)")
+        self._finalizer = weakref.finalize(self, _drop_lease, lease)
+
+    # -- rows -----------------------------------------------------------------------------------
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Segment index and row inside it of each global row (``-1`` rows give segment ``-1``)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        seg = np.searchsorted(self.offsets, rows, side="right") - 1
+        seg = np.where(rows >= 0, seg, -1)
+        local = np.where(rows >= 0, rows - self.offsets[np.maximum(seg, 0)], -1)
+        return seg, local
+
+    def row_of(self, doc_id: str) -> int | None:
+        """Global row of a live document id, or ``None``."""
+        return self._row.get(doc_id)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._row
+
+    def live_ids(self) -> list[str]:
+        return list(self._row)
+
+    def get(self, row: int) -> tuple[str, str, dict[str, Any]]:
+        """``(title, text, metadata)`` of a global row."""
+        s, local = self.locate(np.array([row]))
+        seg = self.segments[int(s[0])]
+        title, text = seg.docs.get(int(local[0]))
+        return title, text, seg.metadata_of(int(local[0]))
+
+    def close(self) -> None:
+        """Release the lease now (otherwise when the snapshot is garbage-collected)."""
+        self._finalizer()
+
+    @property
+    def has_bm25(self) -> bool:
+        return any(s.sparse is not None and s.sparse.meta.get("bm25") for s in self.segments)
+
+
+def open_snapshot(root: str | Path, *, device: str | None = None, reuse: dict[str, Segment] | None = None,
+                  retries: int = 3) -> Snapshot:
+    """Open the current commit of ``root``. Segments in ``reuse`` (by name) are not reopened. If a
+    file vanishes because a writer committed meanwhile, the newer commit is opened instead."""
+    root = Path(root)
+    last: Exception | None = None
+    for _ in range(retries):
+        manifest = read_manifest(root)
+        lease = _write_lease(root, manifest)
+        try:
+            again = read_manifest(root)
+            if again.get("commit") != manifest.get("commit") or again.get("saved_at") != manifest.get("saved_at"):
+                _drop_lease(lease)
+                continue  # a commit landed between the two reads: take the newer one
+            segments = [(reuse or {}).get(e["name"]) or Segment(root / e["name"], e["num_docs"], device=device)
+                        for e in manifest["segments"]]
+            return Snapshot(root, manifest, segments, lease)
+        except (IndexFormatError, IndexNotFoundError) as exc:
+            _drop_lease(lease)
+            last = exc
+            try:
+                now = read_manifest(root)
+            except (IndexFormatError, IndexNotFoundError):
+                raise exc from None
+            if now.get("commit") == manifest.get("commit") and now.get("saved_at") == manifest.get("saved_at"):
+                raise  # the index itself is damaged, not replaced under us
+            logger.info("index at %s changed while opening; opening the newer commit", root)
+        except BaseException:
+            _drop_lease(lease)
+            raise
+    raise IndexFormatError(f"{root}: the index kept changing while it was opened ({last})")

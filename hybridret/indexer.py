@@ -1,0 +1,508 @@
+"""The write side: build, add, upsert, delete and compact an index directory, one writer at a time.
+
+Every operation writes new files only (a new segment, new tombstone files) and then commits one
+new manifest atomically (see :mod:`hybridret.index.manifest`): a crash at any point leaves the
+index as it was before or as it is after the operation, never a mix, and an operation returns
+only once its commit is durable. The writer lock (:mod:`hybridret.index.lock`) is held from
+:class:`IndexWriter` construction until :meth:`IndexWriter.close`.
+
+Encodings are reused wherever the text is unchanged: an upsert whose text equals the stored one
+copies the stored vectors (only metadata or title-less changes), an unchanged document is not
+rewritten at all, and an :class:`~hybridret.encoders.cache.EncodingCache` keyed on content serves
+rebuilds and resumed builds. Compaction re-encodes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .data import Document, iter_batches
+from .encoders import EncodedBatch, Encoder
+from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError
+from .index.lock import WriterLock
+from .index.manifest import MANIFEST, commit, new_segment, read_manifest
+from .index.metadata import MetadataError, check_metadata
+from .index.segment import SegmentWriter, text_key
+from .index.snapshot import Snapshot, open_snapshot
+from .index.storage import atomic_write_npy
+
+__all__ = ["DEFAULT_SETTINGS", "IndexWriter", "WriteResult", "as_document"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SETTINGS: dict[str, Any] = {
+    "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "planes", "sparse_bits": 6,
+    "sparse_max_weight": 5.0, "bm25": True, "store_text": True,
+}
+_BODY_KEYS = ("fusion", "fusion_tuned_on", "source")  # carried from commit to commit
+_DOC_KEYS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
+COMPACT_CHUNK = 4096
+
+
+@dataclass
+class WriteResult:
+    """What one write did. ``missing``: ids given to delete that were not in the index."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    skipped_empty: int = 0
+    encoded: int = 0  # documents that went through the encoder (the rest reused stored encodings)
+    missing: list[str] = field(default_factory=list)
+    commit: int | None = None  # the commit number written, None when nothing changed
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _text_field(value: Any, name: str, where: str) -> str:
+    if value is None and name == "title":
+        return ""
+    if not isinstance(value, str):
+        raise CorpusFormatError(f"{where}: field {name!r} must be a string, got {type(value).__name__}", field=name)
+    return value
+
+
+def as_document(item: Any, position: int, *, allow_bare: bool = False) -> Document:
+    """Validate one document given to the library: a :class:`Document`, a mapping with an id
+    (``"_id"`` or ``"id"``: string or integer), ``"text"`` (or ``"contents"``), optional ``"title"``
+    and ``"metadata"`` (other fields join the metadata, as in JSONL corpora), or an ``(id, text)`` /
+    ``(id, title, text)`` tuple. Bare strings (auto ids) only where ``allow_bare``. The rules and
+    messages are those of the corpus readers; nothing is coerced to a string silently."""
+    where = f"document #{position}"
+    if isinstance(item, Document):
+        doc_id, text, title, meta = item.id, item.text, item.title, item.metadata
+    elif isinstance(item, str):
+        if not allow_bare:
+            raise CorpusFormatError(f"{where}: a bare string has no id; pass {{'id': ..., 'text': ...}}", field="id")
+        doc_id, text, title, meta = str(position), item, "", {}
+    elif isinstance(item, Mapping):
+        doc_id = item.get("_id", item.get("id"))
+        text = item.get("text", item.get("contents"))
+        if text is None:
+            raise CorpusFormatError(f"{where}: missing field 'text'", field="text")
+        title = item.get("title")
+        meta = item.get("metadata")
+        if meta is not None and not isinstance(meta, Mapping):
+            raise CorpusFormatError(f"{where}: field 'metadata' must be an object, got {type(meta).__name__}",
+                                    field="metadata")
+        extra = {k: v for k, v in item.items() if k not in _DOC_KEYS}
+        if extra:
+            meta = {**(meta or {}), **extra}
+    elif isinstance(item, tuple) and len(item) in (2, 3):
+        doc_id, text, title, meta = item[0], item[-1], (item[1] if len(item) == 3 else ""), {}
+    else:
+        raise CorpusFormatError(f"{where}: cannot index a {type(item).__name__}; pass a Document, a dict or an "
+                                "(id, text) tuple")
+    if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
+        raise CorpusFormatError(f"{where}: the id must be a string or an integer, got {type(doc_id).__name__}",
+                                field="id")
+    doc_id = str(doc_id)
+    if not doc_id.strip() or "\n" in doc_id or "\r" in doc_id:
+        raise CorpusFormatError(f"{where}: invalid document id {doc_id!r} (blank or contains a newline)", field="id")
+    text = _text_field(text, "text", where)
+    title = _text_field(title, "title", where)
+    for name, value in (("id", doc_id), ("text", text), ("title", title)):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise CorpusFormatError(f"{where} ({doc_id!r}): field {name!r} is not valid Unicode (a lone surrogate?)",
+                                    field=name) from None
+    try:
+        meta = check_metadata(meta)
+    except MetadataError as exc:
+        raise CorpusFormatError(f"{where} ({doc_id!r}): {exc}", field=exc.field or "metadata") from None
+    return Document(id=doc_id, text=text, title=title, metadata=meta)
+
+
+class IndexWriter:
+    """The one writer of an index directory (created if absent). ``encoder`` is a loaded encoder
+    or a callable returning one (called only when something must be encoded)."""
+
+    def __init__(self, root: str | Path, *, encoder: Encoder | Callable[[], Encoder] | None = None,
+                 encoder_config: dict[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
+                 device: str | None = None) -> None:
+        self.root = Path(root)
+        self.device = device
+        self._encoder = encoder
+        self.lock = WriterLock(self.root)
+        try:
+            self.manifest: dict[str, Any] | None = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
+        except BaseException:
+            self.lock.release()
+            raise
+        base = dict(DEFAULT_SETTINGS)
+        if self.manifest is not None:
+            base.update({k: v for k, v in self.manifest.get("settings", {}).items() if k in DEFAULT_SETTINGS})
+        if settings:
+            unknown = set(settings) - set(DEFAULT_SETTINGS)
+            if unknown:
+                raise ConfigError(f"unknown index settings: {sorted(unknown)}")
+            base.update(settings)
+        self.settings = base
+        self.given_config = encoder_config
+        self.encoder_config = (self.manifest or {}).get("encoder") or encoder_config
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _get_encoder(self) -> Encoder:
+        enc = self._encoder
+        if enc is None:
+            raise ConfigError("this writer has no encoder: pass encoder= to add documents")
+        if not isinstance(enc, Encoder):
+            enc = self._encoder = enc()
+        return enc
+
+    def close(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def snapshot(self, reuse: Mapping[str, Any] | None = None) -> Snapshot | None:
+        if self.manifest is None:
+            return None
+        return open_snapshot(self.root, device=self.device, reuse=dict(reuse or {}))
+
+    def _commit(self, segments: list[dict[str, Any]], extra: Mapping[str, Any], shape: Mapping[str, Any]) -> int:
+        prev = self.manifest or {}
+        body: dict[str, Any] = {k: prev[k] for k in _BODY_KEYS if k in prev}
+        body.update({
+            "encoder": self.encoder_config, "settings": dict(self.settings), "segments": segments,
+            "num_docs": sum(s["num_docs"] - s.get("num_deleted", 0) for s in segments),
+            "skipped_empty": int(prev.get("skipped_empty", 0)),
+            "shape": dict(shape),
+        })
+        body.update(extra)
+        body["components"] = _components(self.root, segments) or prev.get("components", {})
+        self.manifest = commit(self.root, body, previous=self.manifest)
+        return int(self.manifest["commit"])
+
+    def _shape(self, snap: Snapshot | None) -> dict[str, Any]:
+        if self.manifest is not None and "shape" in self.manifest:
+            return dict(self.manifest["shape"])
+        if snap is not None and snap.segments:  # format-1 index: read from its folder
+            seg = snap.segments[0]
+            vocab = seg.sparse.vocab_size if seg.sparse is not None else None
+            return {"dense_dim": seg.dense.dim if seg.dense is not None else None,
+                    "vocab_size": vocab if vocab and vocab > 1 else None}
+        enc = self._get_encoder()
+        return {"dense_dim": enc.dense_dim, "vocab_size": len(enc.vocab) if enc.vocab is not None else None}
+
+    # -- writes ---------------------------------------------------------------------------------
+    def write(self, documents: Iterable[Any], *, mode: str, batch_size: int = 32, chunk_size: int = 1024,
+              encode_cache: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
+              reuse: Mapping[str, Any] | None = None, source: Mapping[str, Any] | None = None) -> WriteResult:
+        """``mode``: ``"build"`` (replace everything with ``documents``), ``"add"`` (new ids only) or
+        ``"upsert"`` (add or replace by id)."""
+        from tqdm.auto import tqdm
+
+        from .encoders._hf import progress_enabled
+
+        if mode not in ("build", "add", "upsert"):
+            raise ConfigError(f"unknown write mode {mode!r}")
+        if chunk_size < 1 or batch_size < 1:
+            raise ConfigError("chunk_size and batch_size must be positive")
+        if isinstance(documents, (str, bytes, Mapping, Document)):
+            raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
+                                    f"(id, text) tuples), not a single {type(documents).__name__}")
+        snap = None if mode == "build" else self.snapshot(reuse)
+        shape = self._shape(snap) if mode != "build" else None
+        encoder = None
+        if mode == "build" or shape is None:
+            encoder = self._get_encoder()
+            shape = {"dense_dim": encoder.dense_dim, "vocab_size": len(encoder.vocab) if encoder.vocab else None}
+            self.encoder_config = encoder.config()
+        else:
+            given = self._encoder.config() if isinstance(self._encoder, Encoder) else self.given_config
+            self._check_encoder(given)
+        cache = None
+        if encode_cache is not None:
+            from .encoders.cache import EncodingCache
+
+            cache = EncodingCache(encode_cache, self.encoder_config or {})
+        if total is None and hasattr(documents, "__len__"):
+            total = len(documents)  # type: ignore[arg-type]
+        seg_dir = new_segment(self.root)
+        writer = SegmentWriter(seg_dir, dense_dim=shape["dense_dim"], vocab_size=shape["vocab_size"],
+                               settings=self.settings)
+        result = WriteResult()
+        replaced: dict[int, list[int]] = {}
+        bar = tqdm(total=total, desc={"build": "indexing", "add": "adding", "upsert": "upserting"}[mode], unit="doc",
+                   disable=not progress_enabled(show_progress, total or chunk_size + 1, chunk_size))
+        truncated_before: dict[str, int] = {}
+        try:
+            seen: set[str] = set()
+            position = 0
+            for chunk in iter_batches(documents, chunk_size):
+                batch: list[Document] = []
+                old_rows: list[int | None] = []
+                for item in chunk:
+                    doc = as_document(item, position, allow_bare=mode == "build")
+                    position += 1
+                    if not doc.full_text.strip():
+                        result.skipped_empty += 1
+                        continue
+                    if doc.id in seen:
+                        raise CorpusFormatError(f"duplicate document id {doc.id!r}", field="id")
+                    seen.add(doc.id)
+                    old = snap.row_of(doc.id) if snap is not None else None
+                    if old is not None and mode == "add":
+                        raise IndexExistsError(f"document {doc.id!r} is already in the index at {self.root}; "
+                                               "use upsert (CLI: --upsert) to replace it")
+                    if old is not None and _unchanged(snap, old, doc):  # type: ignore[arg-type]
+                        result.unchanged += 1
+                        continue
+                    batch.append(doc)
+                    old_rows.append(old)
+                if batch:
+                    enc, n_encoded = self._encode(batch, old_rows, snap, cache, batch_size, truncated_before)
+                    result.encoded += n_encoded
+                    writer.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch],
+                               [d.full_text for d in batch], [d.metadata for d in batch], enc,
+                               [text_key(d.full_text) for d in batch])
+                    for old in old_rows:
+                        if old is None:
+                            result.added += 1
+                        else:
+                            result.updated += 1
+                            s, local = snap.locate(np.array([old]))  # type: ignore[union-attr]
+                            replaced.setdefault(int(s[0]), []).append(int(local[0]))
+                bar.update(len(chunk))
+            bar.close()
+            result.skipped_empty += int(getattr(documents, "skipped_empty", 0) or 0)  # a CorpusReader's own count
+            if mode == "build" and writer.count == 0:
+                raise CorpusFormatError("no documents to index (the input was empty or every document was blank)")
+            self._warn_truncated(truncated_before, writer.count)
+            if writer.count == 0 and not replaced:
+                writer.abort()
+                logger.info("nothing to write: %d unchanged, %d blank", result.unchanged, result.skipped_empty)
+                return result
+            writer.close()
+        except BaseException:
+            bar.close()
+            writer.abort()
+            raise
+        segments = [] if mode == "build" else self._with_tombstones(snap, replaced)
+        segments.append({"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0})
+        extra: dict[str, Any] = {}
+        if mode == "build":
+            extra["skipped_empty"] = result.skipped_empty
+            if self.manifest is not None:  # a rebuild keeps nothing of the old index but its location
+                self.manifest = {"commit": self.manifest.get("commit", 0)}
+        else:
+            extra["skipped_empty"] = int((self.manifest or {}).get("skipped_empty", 0)) + result.skipped_empty
+        if source is not None:
+            extra["source"] = dict(source)
+        result.commit = self._commit(segments, extra, shape)
+        if cache is not None:
+            logger.info("encoding cache %s: %d documents reused, %d encoded (%.0f MB; remove it when done)",
+                        cache.root, cache.hits, cache.misses, cache.nbytes() / 1e6)
+        logger.info("%s: %d added, %d updated, %d unchanged, %d blank skipped (commit %d)", mode, result.added,
+                    result.updated, result.unchanged, result.skipped_empty, result.commit)
+        return result
+
+    def _check_encoder(self, given: dict[str, Any] | None) -> None:
+        stored = self.encoder_config
+        if stored is not None and given is not None and given != stored:
+            raise ConfigError(f"the encoder given differs from the one that built {self.root} ({stored}); "
+                              "documents encoded by another model cannot be mixed into this index")
+
+    def _encode(self, batch: list[Document], old_rows: list[int | None], snap: Snapshot | None, cache: Any,
+                batch_size: int, truncated_before: dict[str, int]) -> tuple[EncodedBatch, int]:
+        """Encodings of ``batch``: stored vectors where an upsert leaves the text unchanged, then the
+        cache, then the encoder for the rest."""
+        n = len(batch)
+        texts = [d.full_text for d in batch]
+        dense: list[np.ndarray | None] = [None] * n
+        sparse: list[sp.csr_matrix | None] = [None] * n
+        have = [False] * n
+        for i, (doc, old) in enumerate(zip(batch, old_rows)):
+            if old is not None and snap is not None:
+                got = _stored_encoding(snap, old, text_key(doc.full_text))
+                if got is not None:
+                    dense[i], sparse[i] = got
+                    have[i] = True
+        if cache is not None:
+            todo = [i for i in range(n) if not have[i]]
+            keys = cache.keys([texts[i] for i in todo])
+            found, rows = cache.get(keys)
+            for j, (d, s) in zip(found, rows):
+                dense[todo[j]], sparse[todo[j]] = d, s
+                have[todo[j]] = True
+        todo = [i for i in range(n) if not have[i]]
+        if todo:
+            encoder = self._get_encoder()
+            if not truncated_before:
+                truncated_before.update(encoder.truncation_counts() or {"": 0})
+            enc = encoder.encode_documents([texts[i] for i in todo], batch_size=batch_size, show_progress=False)
+            if cache is not None:
+                cache.put(cache.keys([texts[i] for i in todo]), enc)
+            for j, i in enumerate(todo):
+                dense[i] = enc.dense[j] if enc.dense is not None else None
+                sparse[i] = enc.sparse[j] if enc.sparse is not None else None
+        out_dense = np.stack(dense).astype(np.float32) if dense and dense[0] is not None else None
+        out_sparse = sp.vstack(sparse, format="csr").astype(np.float32) if sparse and sparse[0] is not None else None
+        return EncodedBatch(dense=out_dense, sparse=out_sparse), len(todo)
+
+    def _warn_truncated(self, before: dict[str, int], count: int) -> None:
+        if not before or not isinstance(self._encoder, Encoder):
+            return
+        for model, total in self._encoder.truncation_counts().items():
+            cut = total - before.get(model, 0)
+            if cut:
+                logger.warning("%s: %d of %d documents were longer than max_length tokens and were truncated "
+                               "(only their beginning is searchable; split long documents into passages)",
+                               model, cut, count)
+
+    def _with_tombstones(self, snap: Snapshot | None, dead: Mapping[int, list[int]]) -> list[dict[str, Any]]:
+        """The current segment entries, with ``dead`` (segment index -> local rows) tombstoned in new files."""
+        if snap is None:
+            return []
+        number = int((self.manifest or {}).get("commit", 0)) + 1
+        out = []
+        for i, entry in enumerate(self.manifest["segments"]):  # type: ignore[index]
+            entry = dict(entry)
+            if dead.get(i):
+                rows = np.union1d(snap.deleted[i], np.asarray(dead[i], dtype=np.int64))
+                name = f"deleted-{number:08d}.npy"
+                atomic_write_npy(snap.root / entry["name"] / name, rows.astype(np.int64))
+                entry["deleted"], entry["num_deleted"] = name, int(len(rows))
+            out.append(entry)
+        return out
+
+    def delete(self, ids: Iterable[str], *, missing: str = "error", reuse: Mapping[str, Any] | None = None
+               ) -> WriteResult:
+        """Tombstone documents by id. ``missing="error"`` (default) refuses the whole call when an
+        id is unknown (nothing is deleted); ``"ignore"`` deletes the rest and lists them in the result."""
+        if missing not in ("error", "ignore"):
+            raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
+        if isinstance(ids, str):
+            ids = [ids]
+        ids = list(dict.fromkeys(str(i) for i in ids))
+        result = WriteResult()
+        snap = self.snapshot(reuse)
+        if snap is None:
+            result.missing = ids
+        else:
+            rows = [snap.row_of(i) for i in ids]
+            result.missing = [i for i, r in zip(ids, rows) if r is None]
+        if result.missing and missing == "error":
+            shown = ", ".join(repr(i) for i in result.missing[:10]) + (" ..." if len(result.missing) > 10 else "")
+            raise DocumentNotFoundError(f"{len(result.missing)} of {len(ids)} ids are not in the index at "
+                                        f"{self.root}: {shown}; nothing was deleted", result.missing)
+        present = [r for r in rows if r is not None] if snap is not None else []
+        if not present:
+            return result
+        seg, local = snap.locate(np.asarray(present))  # type: ignore[union-attr]
+        dead: dict[int, list[int]] = {}
+        for s, r in zip(seg.tolist(), local.tolist()):
+            dead.setdefault(s, []).append(r)
+        segments = self._with_tombstones(snap, dead)
+        result.deleted = len(present)
+        result.commit = self._commit(segments, {}, self._shape(snap))
+        logger.info("deleted %d documents (commit %d)", result.deleted, result.commit)
+        return result
+
+    def compact(self, *, reuse: Mapping[str, Any] | None = None, show_progress: bool | None = None) -> WriteResult:
+        """Merge every segment into one and drop tombstoned documents, re-encoding nothing. BM25
+        statistics then equal those of a fresh build of the live documents."""
+        from tqdm.auto import tqdm
+
+        from .encoders._hf import progress_enabled
+
+        result = WriteResult()
+        snap = self.snapshot(reuse)
+        if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0):
+            return result
+        if self.settings["bm25"] and not self.settings["store_text"]:
+            raise ConfigError(f"{self.root} keeps no document text (store_text=False), which BM25 needs to be "
+                              "rebuilt; compaction is impossible: rebuild the index from the corpus")
+        shape = self._shape(snap)
+        seg_dir = new_segment(self.root)
+        writer = SegmentWriter(seg_dir, dense_dim=shape["dense_dim"], vocab_size=shape["vocab_size"],
+                               settings=self.settings)
+        bar = tqdm(total=snap.num_docs, desc="compacting", unit="doc",
+                   disable=not progress_enabled(show_progress, snap.num_docs, COMPACT_CHUNK))
+        try:
+            for i, seg in enumerate(snap.segments):
+                live = np.flatnonzero(snap.live[i]) if snap.live[i] is not None else np.arange(seg.num_docs)
+                for a in range(0, len(live), COMPACT_CHUNK):
+                    rows = live[a:a + COMPACT_CHUNK]
+                    docs = []
+                    for r in rows.tolist():
+                        title, text = seg.docs.get(r)
+                        docs.append(Document(id=str(seg.docs.ids[r]), text=text, title=title,
+                                             metadata=seg.metadata_of(r)))
+                    enc = EncodedBatch(
+                        dense=np.asarray(seg.dense.vectors[rows]) if seg.dense is not None else None,
+                        sparse=seg.sparse.forward[rows] if seg.sparse is not None and shape["vocab_size"] else None)
+                    keys = [seg.key_of(r) or text_key(d.full_text) for r, d in zip(rows.tolist(), docs)]
+                    writer.add([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
+                               [d.full_text for d in docs], [d.metadata for d in docs], enc, keys)
+                    bar.update(len(rows))
+            bar.close()
+            writer.close()
+        except BaseException:
+            bar.close()
+            writer.abort()
+            raise
+        entries = [{"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0}] \
+            if writer.count else []
+        if not writer.count:
+            import shutil
+
+            shutil.rmtree(seg_dir, ignore_errors=True)
+        result.deleted = snap.num_deleted
+        result.commit = self._commit(entries, {}, shape)
+        logger.info("compacted %d segments into %d (%d documents, %d tombstones dropped)", len(snap.segments),
+                    len(entries), writer.count, snap.num_deleted)
+        return result
+
+
+def _unchanged(snap: Snapshot, row: int, doc: Document) -> bool:
+    """Same text (by hash, and literally where texts are stored) and the same metadata."""
+    title, text, meta = snap.get(row)
+    s, local = snap.locate(np.array([row]))
+    seg = snap.segments[int(s[0])]
+    key = seg.key_of(int(local[0]))
+    if meta != doc.metadata or (key is not None and key != text_key(doc.full_text)):
+        return False
+    if seg.docs.has_text:
+        return title == doc.title and text == doc.text
+    return key is not None
+
+
+def _stored_encoding(snap: Snapshot, row: int, key: bytes) -> tuple[np.ndarray | None, sp.csr_matrix | None] | None:
+    """The stored vectors of ``row`` when its text hash is ``key`` (an unchanged text)."""
+    s, local = snap.locate(np.array([row]))
+    seg, r = snap.segments[int(s[0])], int(local[0])
+    if seg.key_of(r) != key:
+        return None
+    dense = np.asarray(seg.dense.vectors[r]) if seg.dense is not None else None
+    sparse = seg.sparse.forward[r] if seg.sparse is not None else None
+    return dense, sparse
+
+
+def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:
+    """What ``info`` shows of the components: the metadata of the newest segment's parts."""
+    from .index.storage import read_json
+
+    if not segments:
+        return {}
+    seg = root / segments[-1]["name"]
+    out = {}
+    for part in ("dense", "sparse"):
+        if (seg / part / "meta.json").is_file():
+            out[part] = read_json(seg / part / "meta.json")
+    return out

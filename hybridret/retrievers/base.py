@@ -1,0 +1,160 @@
+"""The retriever protocol, and the search and exact scoring of any retriever over a snapshot.
+
+A retriever implements two things per segment: ``search_segment`` (top-k rows of one segment,
+restricted to an ``allowed`` mask) and ``score_segment`` (exact scores of given rows). This module
+turns them into search and scoring over a whole :class:`~hybridret.index.snapshot.Snapshot`: the
+mask of each segment is its live rows (tombstones) and the filter's matches; a segment where few
+rows are allowed is scored exhaustively instead (exact, and cheaper than deep fetching); the
+per-segment top lists are merged by score, ties by global row.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import scipy.sparse as sp
+
+    from ..filters import Filter
+    from ..index.segment import Segment
+    from ..index.snapshot import Snapshot
+
+__all__ = ["EXHAUSTIVE_MAX", "QueryBatch", "Retriever", "allowed_mask", "score_rows", "search_rows"]
+
+EXHAUSTIVE_MAX = 2048  # a segment with at most this many allowed rows is scored exhaustively
+
+
+@dataclass
+class QueryBatch:
+    """Queries as each retriever needs them: texts, dense vectors ``(n, d)``, sparse CSR ``(n, V)``."""
+
+    texts: list[str]
+    dense: np.ndarray | None = None
+    sparse: sp.csr_matrix | None = None
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def slice(self, a: int, b: int) -> QueryBatch:
+        return QueryBatch(self.texts[a:b], None if self.dense is None else self.dense[a:b],
+                          None if self.sparse is None else self.sparse[a:b])
+
+
+class Retriever(ABC):
+    """One way of ranking documents (dense, learned sparse, BM25, ...). Stateless: everything a
+    search needs is in the snapshot and the queries, so one instance serves every thread.
+
+    ``needs`` is what the queries must carry: ``"dense"``, ``"sparse"`` or ``"text"``.
+    ``positive_only``: a score of 0 means "no match" and such rows are never returned.
+    """
+
+    name: ClassVar[str]
+    needs: ClassVar[str]
+    positive_only: ClassVar[bool] = True
+
+    @abstractmethod
+    def available(self, snap: Snapshot) -> bool:
+        """Whether every segment of the snapshot has what this retriever searches."""
+
+    def prepare(self, snap: Snapshot, q: QueryBatch) -> Any:
+        """Per-call context shared by all segments (e.g. collection statistics); default none."""
+        return None
+
+    @abstractmethod
+    def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
+                       ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows of segment ``i`` (rows local to it, ``-1`` padded) and their scores."""
+
+    @abstractmethod
+    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
+        """Exact scores of local rows ``rows`` (``(nq, m)``, ``-1`` = none) of segment ``i``."""
+
+    def segment_part(self, seg: Segment) -> Any:  # pragma: no cover - overridden
+        return None
+
+
+def allowed_mask(snap: Snapshot, i: int, filt: Filter | None) -> np.ndarray | None:
+    """Rows of segment ``i`` that may be returned: live, and matching the filter (``None`` = all)."""
+    live = snap.live[i]
+    if filt is None:
+        return live
+    match = filt.mask(snap.segments[i].columns)
+    return match if live is None else (match & live)
+
+
+def _exhaustive(r: Retriever, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray, ctx: Any
+                ) -> tuple[np.ndarray, np.ndarray]:
+    cand = np.flatnonzero(allowed)
+    nq = len(q)
+    rows = np.broadcast_to(cand, (nq, len(cand)))
+    scores = r.score_segment(snap, i, q, rows, ctx).astype(np.float32)
+    if r.positive_only:
+        scores = np.where(scores > 0, scores, -np.inf)
+    order = np.lexsort((np.broadcast_to(cand, scores.shape), -scores), axis=1)[:, :k]
+    top_rows = np.take_along_axis(rows, order, axis=1)
+    top = np.take_along_axis(scores, order, axis=1)
+    top_rows = np.where(np.isfinite(top), top_rows, -1)
+    if top_rows.shape[1] < k:
+        pad = k - top_rows.shape[1]
+        top_rows = np.pad(top_rows, ((0, 0), (0, pad)), constant_values=-1)
+        top = np.pad(top, ((0, 0), (0, pad)), constant_values=-np.inf)
+    return top_rows, top
+
+
+def merge_topk(parts: list[tuple[np.ndarray, np.ndarray]], k: int, nq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Merge per-segment top lists given in global rows: best score first, ties by row."""
+    if not parts:
+        return np.full((nq, k), -1, dtype=np.int64), np.full((nq, k), -np.inf, dtype=np.float32)
+    if len(parts) == 1:
+        return parts[0]
+    rows = np.concatenate([p[0] for p in parts], axis=1)
+    scores = np.concatenate([p[1] for p in parts], axis=1).astype(np.float32)
+    scores = np.where(rows >= 0, scores, -np.inf)
+    key_rows = np.where(rows >= 0, rows, np.iinfo(np.int64).max)
+    order = np.lexsort((key_rows, -scores), axis=1)[:, :k]
+    return np.take_along_axis(rows, order, axis=1), np.take_along_axis(scores, order, axis=1)
+
+
+def search_rows(r: Retriever, snap: Snapshot, q: QueryBatch, k: int, filt: Filter | None = None,
+                ctx: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k global rows ``(nq, k)`` and scores of retriever ``r`` over the snapshot, pre-filtered."""
+    nq = len(q)
+    if ctx is None:
+        ctx = r.prepare(snap, q)
+    parts = []
+    for i, seg in enumerate(snap.segments):
+        allowed = allowed_mask(snap, i, filt)
+        n_allowed = seg.num_docs if allowed is None else int(np.count_nonzero(allowed))
+        if n_allowed == 0 or nq == 0:
+            continue
+        if allowed is not None and n_allowed <= EXHAUSTIVE_MAX:
+            rows, scores = _exhaustive(r, snap, i, q, k, allowed, ctx)
+        else:
+            rows, scores = r.search_segment(snap, i, q, k, allowed, ctx)
+        base = int(snap.offsets[i])
+        parts.append((np.where(rows >= 0, rows + base, -1), scores))
+    return merge_topk(parts, k, nq)
+
+
+def score_rows(r: Retriever, snap: Snapshot, q: QueryBatch, rows: np.ndarray, ctx: Any = None) -> np.ndarray:
+    """Exact scores of retriever ``r`` for global ``rows`` ``(nq, m)`` (``-1`` -> 0)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out = np.zeros(rows.shape, dtype=np.float32)
+    if rows.size == 0:
+        return out
+    if ctx is None:
+        ctx = r.prepare(snap, q)
+    seg_of, local = snap.locate(rows)
+    for i in np.unique(seg_of[seg_of >= 0]):
+        mine = seg_of == i
+        sub = np.where(mine, local, -1)
+        keep = mine.any(axis=0)  # columns where some query has a row of this segment
+        scores = r.score_segment(snap, int(i), q, sub[:, keep], ctx)
+        block = out[:, keep]
+        block[mine[:, keep]] = scores[mine[:, keep]]
+        out[:, keep] = block
+    return out

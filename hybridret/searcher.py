@@ -1,0 +1,337 @@
+"""The read side: a read-only, thread-safe, picklable searcher over one snapshot of an index.
+
+A :class:`Searcher` holds a :class:`~hybridret.index.snapshot.Snapshot` and an encoder. Searching
+writes no state anywhere: any number of threads may call :meth:`Searcher.search` at once (tantivy
+and FAISS release the GIL). :meth:`Searcher.refresh` opens the newest commit and swaps it in with
+one assignment; searches already running finish on the snapshot they started with.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from ._runtime import prepare_native_libraries
+from .encoders import Encoder, PairedEncoder, encoder_from_config
+from .errors import ConfigError
+from .filters import Filter, parse_filter
+from .hybrid import FUSION_METHODS, FusionConfig, fused_search
+from .index.snapshot import Snapshot, open_snapshot
+from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
+from .types import Hit, Hits, MatchedTerm
+
+__all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
+
+logger = logging.getLogger(__name__)
+
+METHODS: tuple[str, ...] = ("hybrid", *RETRIEVERS, *FUSION_METHODS)
+_ENCODER_LOCK = threading.Lock()  # one encoder build at a time per process (see EncoderSlot)
+
+
+class EncoderSlot:
+    """An encoder built on first use from a config, once, even when many threads ask at once."""
+
+    def __init__(self, encoder: Encoder | None, config: dict[str, Any] | None, device: str | None) -> None:
+        self._encoder = encoder
+        self.config = encoder.config() if encoder is not None else config
+        self.device = device
+
+    @property
+    def loaded(self) -> bool:
+        return self._encoder is not None
+
+    def get(self) -> Encoder:
+        enc = self._encoder
+        if enc is not None:
+            return enc
+        with _ENCODER_LOCK:
+            if self._encoder is None:
+                if self.config is None:
+                    raise ConfigError("this index has no encoder")
+                prepare_native_libraries()
+                self._encoder = encoder_from_config(self.config, device=self.device)
+            return self._encoder
+
+    def has(self, head: str) -> bool:
+        """Whether the encoder has a dense/sparse head, without loading it."""
+        if self._encoder is not None:
+            return self._encoder.has_dense if head == "dense" else self._encoder.has_sparse
+        kind = (self.config or {}).get("type")
+        if head == "sparse":
+            return kind in ("paired", "splade", "joint")
+        return kind in ("paired", "dense", "joint")
+
+
+def check_queries(queries: Any) -> list[str]:
+    """A query or a list of queries, validated: strings only, never coerced."""
+    if isinstance(queries, str):
+        return [queries]
+    if isinstance(queries, (bytes, Mapping)) or not isinstance(queries, Sequence):
+        raise ConfigError(f"queries must be a string or a list of strings, got {type(queries).__name__}")
+    out = []
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            raise ConfigError(f"query #{i} is a {type(q).__name__}, not a string")
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"query #{i} is not valid Unicode (a lone surrogate?)") from None
+        out.append(q)
+    return out
+
+
+def check_k(k: Any, name: str = "k") -> int:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
+        raise ConfigError(f"{name} must be a positive integer, got {k!r}")
+    if k < 1:
+        raise ConfigError(f"{name} must be positive, got {k}")
+    return int(k)
+
+
+class HitSource:
+    """What per-hit views read: the snapshot the search ran on and the encoder's vocabulary."""
+
+    def __init__(self, snap: Snapshot, encoder: EncoderSlot) -> None:
+        self.snap = snap
+        self.encoder = encoder
+
+    def view(self, hits: Hits, i: int) -> list[Hit]:
+        out: list[Hit] = []
+        snap = self.snap
+        for j, row in enumerate(hits.rows[i]):
+            if row < 0:
+                continue
+            title, text, meta = snap.get(int(row))
+            matched: list[MatchedTerm] = []
+            if hits.query_sparse is not None:
+                matched = self._matched_terms(hits.query_sparse[i], int(row), (title + " " + text).strip())
+            out.append(Hit(id=str(hits.ids[i, j]), rank=j + 1, score=float(hits.scores[i, j]),
+                           scores={name: float(v[i, j]) for name, v in hits.components.items()},
+                           title=title, text=text, matched_terms=matched, metadata=meta))
+        return out
+
+    def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
+        s, local = self.snap.locate(np.array([row]))
+        part = self.snap.segments[int(s[0])].sparse
+        if part is None:
+            return []
+        d = part.forward[int(local[0])]
+        shared, qi, di = np.intersect1d(q.indices, d.indices, assume_unique=True, return_indices=True)
+        if not len(shared):
+            return []
+        enc = self.encoder.get()
+        literal = enc.text_term_ids(text) if text else set()
+        vocab = enc.vocab or []
+        terms = [MatchedTerm(term=vocab[t], query_weight=float(q.data[a]), doc_weight=float(d.data[b]),
+                             expansion=int(t) not in literal) for t, a, b in zip(shared, qi, di)]
+        terms.sort(key=lambda m: -m.contribution)
+        return terms
+
+
+class Searcher:
+    """Search one index directory. Thread-safe; :meth:`refresh` picks up new commits.
+
+    >>> searcher = Searcher("indexes/mine")
+    >>> hits = searcher.search("a question", k=10, filter={"source": "wiki"})
+    """
+
+    def __init__(self, root: str | Path | None = None, *, encoder: Encoder | EncoderSlot | None = None,
+                 device: str | None = None, snapshot: Snapshot | None = None, refresh_every: float | None = None,
+                 warm: bool = False) -> None:
+        prepare_native_libraries()
+        if snapshot is None:
+            if root is None:
+                raise ConfigError("Searcher needs an index directory")
+            snapshot = open_snapshot(root, device=device)
+        self.root = Path(snapshot.root)
+        self.device = device
+        self._snap = snapshot
+        stored = snapshot.manifest.get("encoder")
+        self._encoder = encoder if isinstance(encoder, EncoderSlot) else EncoderSlot(encoder, stored, device)
+        self._refresh_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+        if refresh_every is not None:
+            self.refresh_every(refresh_every)
+        if warm:
+            self.warm()
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def snapshot(self) -> Snapshot:
+        return self._snap
+
+    @property
+    def encoder(self) -> Encoder:
+        return self._encoder.get()
+
+    @property
+    def num_docs(self) -> int:
+        return self._snap.num_docs
+
+    def warm(self) -> Searcher:
+        """Load the encoder now (a server does this before taking requests)."""
+        enc = self._encoder.get()
+        if hasattr(enc, "warm"):
+            enc.warm()
+        return self
+
+    def refresh(self) -> bool:
+        """Open the index's newest commit if there is one (segments already open are reused).
+        Returns whether the snapshot changed."""
+        with self._refresh_lock:
+            from .index.manifest import read_manifest
+
+            current = self._snap
+            latest = read_manifest(self.root)
+            if latest.get("commit") == current.commit and latest.get("saved_at") == current.manifest.get("saved_at"):
+                return False
+            reuse = {s.name: s for s in current.segments}
+            self._snap = open_snapshot(self.root, device=self.device, reuse=reuse)
+            logger.debug("refreshed %s: commit %s -> %s", self.root, current.commit, self._snap.commit)
+            return True
+
+    def refresh_every(self, seconds: float) -> None:
+        """Refresh in a background thread every ``seconds`` until :meth:`close`."""
+        if seconds <= 0:
+            raise ConfigError(f"refresh interval must be positive, got {seconds}")
+        if self._timer is not None:
+            raise ConfigError("this searcher already refreshes on a timer")
+
+        def loop() -> None:
+            while not self._stop.wait(seconds):
+                try:
+                    self.refresh()
+                except Exception:  # keep serving the old snapshot; say why once per failure
+                    logger.warning("refreshing %s failed; still serving commit %s", self.root, self._snap.commit,
+                                   exc_info=True)
+
+        self._timer = threading.Thread(target=loop, name="hybridret-refresh", daemon=True)
+        self._timer.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(timeout=5)
+            self._timer = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": str(self.root), "device": self.device, "encoder_config": self._encoder.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:  # reopens the index's current commit
+        self.__init__(state["root"], device=state["device"])  # type: ignore[misc]
+        self._encoder = EncoderSlot(None, state["encoder_config"], state["device"])
+
+    # -- availability and fusion defaults --------------------------------------------------------
+    def available(self, snap: Snapshot | None = None) -> dict[str, bool]:
+        """Which retrievers this index (and its encoder) can run."""
+        snap = snap or self._snap
+        return {name: r.available(snap) and (r.needs == "text" or self._encoder.has(r.needs))
+                for name, r in REGISTRY.items()}
+
+    def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None,
+                      snap: Snapshot | None = None) -> FusionConfig | None:
+        """The fusion settings for a method: explicit ``fusion`` first, then what ``hybridret tune``
+        stored in the index, then defaults (``hybrid`` = GQR guided by learned sparse + BM25, the best
+        fixed setting measured in docs/fusion.md), dropping whatever this index lacks. ``None`` when
+        ``hybrid`` has a single retriever to run (e.g. a sparse-only index without BM25)."""
+        snap = snap or self._snap
+        stored = snap.manifest.get("fusion")
+        if fusion is not None:
+            cfg = fusion if isinstance(fusion, FusionConfig) else FusionConfig.from_dict(fusion)
+            return cfg if method == "hybrid" else cfg.with_(method=method)
+        if stored:
+            cfg = FusionConfig.from_dict(stored)
+            if method in ("hybrid", cfg.method):
+                return cfg
+        have = self.available(snap)
+        usable = tuple(r for r in RETRIEVERS if have[r])
+        cfg = FusionConfig(method="gqr" if method == "hybrid" else method)
+        if cfg.method == "gqr":
+            guide = {r: w for r, w in cfg.guide.items() if have[r]}
+            if have["dense"] and guide:
+                return cfg.with_(guide=guide) if guide != dict(cfg.guide) else cfg
+            if method == "hybrid" and len(usable) == 1:
+                return None
+            cfg = FusionConfig(method="linear")
+        retrievers = usable[:max(2, len(cfg.retrievers))]
+        return cfg.with_(retrievers=retrievers) if retrievers != cfg.retrievers else cfg
+
+    # -- search ---------------------------------------------------------------------------------
+    def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
+        q = QueryBatch(texts)
+        if not needs & {"dense", "sparse"} or not texts:
+            return q
+        enc = self._encoder.get()
+        if isinstance(enc, PairedEncoder):
+            q.dense = enc.dense.encode_queries(texts).dense if "dense" in needs else None
+            q.sparse = enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None
+            return q
+        batch = enc.encode_queries(texts)
+        q.dense = batch.dense if "dense" in needs else None
+        q.sparse = batch.sparse if "sparse" in needs else None
+        return q
+
+    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
+               filter: Filter | Mapping[str, Any] | str | None = None,
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+        """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
+        query refined towards the learned-sparse + BM25 scores of the candidates), one retriever
+        (``"dense"``, ``"sparse"``, ``"bm25"``) or a fusion method (``"linear"``, ``"rrf"``,
+        ``"gqr"``, see :class:`FusionConfig`). ``filter`` (see :mod:`hybridret.filters`) is applied
+        before top-k, so ``k`` hits come back whenever ``k`` documents match. ``candidates``
+        overrides the per-retriever depth of fused methods. Blank queries get no hits. Returns
+        :class:`Hits` of shape ``(len(queries), k)``."""
+        texts = check_queries(queries)
+        k = check_k(k)
+        if method not in METHODS:
+            raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+        if candidates is not None:
+            candidates = check_k(candidates, "candidates")
+        filt = parse_filter(filter)
+        snap = self._snap  # one snapshot for the whole call
+        src = HitSource(snap, self._encoder)
+        cfg = None
+        single = method if method in REGISTRY else None
+        if single is None:
+            cfg = self.fusion_config(method, fusion, snap)
+            if cfg is None:
+                single = next(r for r, ok in self.available(snap).items() if ok)
+            elif candidates is not None:
+                cfg = cfg.with_(depth=candidates)
+        used = {single} if single else set(cfg.union_retrievers)  # type: ignore[union-attr]
+        have = self.available(snap)
+        for name in sorted(used):
+            if not have[name] and snap.num_rows:
+                what = {"dense": "dense", "sparse": "learned-sparse", "bm25": "BM25"}.get(name, name)
+                raise ConfigError(f"this index has no {what} component")
+        label = method if method != "hybrid" else f"hybrid:{cfg.method if cfg else single}"
+        n, keep = len(texts), [i for i, t in enumerate(texts) if t.strip()]
+        rows = np.full((n, k), -1, dtype=np.int64)
+        scores = np.full((n, k), -np.inf, dtype=np.float32)
+        comps: dict[str, np.ndarray] = {}
+        qs = None
+        if keep and snap.num_docs:
+            q = self.encode_queries([texts[i] for i in keep], {REGISTRY[u].needs for u in used})
+            if single is not None:
+                r, s = search_rows(REGISTRY[single], snap, q, k, filt)
+                c = {single: s}
+            else:
+                r, s, c = fused_search(cfg, k, snap, q, filt=filt)  # type: ignore[arg-type]
+            rows[keep], scores[keep] = r, s
+            for name, v in c.items():
+                comps[name] = np.full((n, k), np.nan, dtype=np.float32)
+                comps[name][keep] = v
+            if q.sparse is not None:  # rows of the blank queries stay empty
+                place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))),
+                                      shape=(n, len(keep)))
+                qs = (place @ q.sparse).tocsr()
+        ids = np.where(rows >= 0, snap.ids[np.maximum(rows, 0)] if snap.num_rows else "", "")
+        return Hits(queries=texts, method=label, ids=ids.astype(object), rows=rows, scores=scores,
+                    components=comps, query_sparse=qs, _source=src)
