@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 from ..errors import ConfigError
 from .base import EncodedBatch
+from .identity import compare_configs
 
 __all__ = ["EncodingCache"]
 
@@ -60,18 +61,21 @@ class EncodingCache:
             except json.JSONDecodeError as exc:
                 raise ConfigError(f"{meta_file} is not valid JSON ({exc}); remove the folder to start over") from exc
             if found != json.loads(json.dumps(meta)):
-                what = "chunk size" if found.get("encoder") == meta["encoder"] else "encoder"
-                raise ConfigError(f"the encoding cache at {self.root} was written with another {what} "
-                                  f"({found.get('chunk_size')} vs {chunk_size} documents per chunk)"
-                                  if what == "chunk size" else
-                                  f"the encoding cache at {self.root} was written with another encoder; "
-                                  "remove it or pass a different folder")
+                raise ConfigError(self._mismatch(found, meta))
         else:
             tmp = meta_file.with_suffix(".json.tmp")
             tmp.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
             os.replace(tmp, meta_file)
         self.hits = 0
         self.misses = 0
+
+    def _mismatch(self, found: dict[str, Any], meta: dict[str, Any]) -> str:
+        if found.get("encoder") == json.loads(json.dumps(meta["encoder"])):
+            return (f"the encoding cache at {self.root} was written with another chunk size "
+                    f"({found.get('chunk_size')} vs {meta['chunk_size']} documents per chunk)")
+        diffs = compare_configs(found.get("encoder"), meta["encoder"]) or ["no weights fingerprint in the cache"]
+        return (f"the encoding cache at {self.root} was written with another encoder ({'; '.join(diffs)}); "
+                "remove it or pass a different folder")
 
     def _path(self, chunk: int) -> Path:
         return self.root / f"chunk-{chunk:06d}.npz"
