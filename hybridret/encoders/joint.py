@@ -68,6 +68,7 @@ class JointEncoder(Encoder):
         self.batch_size = batch_size
         self._device = pick_device(device)
         self._runner: TransformerRunner | None = None
+        self._query_runner: TransformerRunner | None = None
         if any(p is not None and is_hub_id(p) for p in self._paths):
             self.warm()  # nothing is known about a Hub model before it is downloaded
 
@@ -79,19 +80,19 @@ class JointEncoder(Encoder):
         runner = TransformerRunner(doc_name, "mlm", device=self._device, max_length=self.max_length, path=doc_path)
         query_runner = runner if query_path is None else TransformerRunner(
             str(query_name), "mlm", device=self._device, max_length=runner.max_length, path=query_path)
-        self.keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
+        self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         if query_runner is not runner:
             _, query_vocab = sparse_head(query_runner, self.doc_top_k, self.query_top_k)
             if query_vocab != self._vocab:
                 raise EncoderError(f"query tower {query_path!r} and document tower {doc_path!r} have different vocabularies")
-        self.projection, self._dim = _load_projection(runner)
-        self.query_projection = self.projection
+        self._projection, self._dim = _load_projection(runner)
+        self._query_projection = self._projection
         if query_runner is not runner:
-            self.query_projection, qdim = _load_projection(query_runner)
+            self._query_projection, qdim = _load_projection(query_runner)
             if qdim != self._dim:
                 raise EncoderError(f"query tower gives {qdim}-d dense vectors, document tower {self._dim}-d")
         self.max_length = min(runner.max_length, query_runner.max_length)
-        self.query_runner = query_runner
+        self._query_runner = query_runner
         self._runner = runner
 
     @property
@@ -99,6 +100,30 @@ class JointEncoder(Encoder):
         """The document tower's tokenizer and model (loaded on first use)."""
         self.warm()
         return cast(TransformerRunner, self._runner)
+
+    @property
+    def query_runner(self) -> TransformerRunner:
+        """The query tower's tokenizer and model (the document tower's without a query model)."""
+        self.warm()
+        return cast(TransformerRunner, self._query_runner)
+
+    @property
+    def keep(self) -> Any:
+        """The sparse vocabulary mask (a float tensor on the device)."""
+        self.warm()
+        return self._keep
+
+    @property
+    def projection(self) -> Any:
+        """The document tower's dense projection (``None`` without one)."""
+        self.warm()
+        return self._projection
+
+    @property
+    def query_projection(self) -> Any:
+        """The query tower's dense projection (``None`` without one)."""
+        self.warm()
+        return self._query_projection
 
     @property
     def dense_dim(self) -> int:  # type: ignore[override]
@@ -125,7 +150,7 @@ class JointEncoder(Encoder):
     def _loaded_runners(self) -> list[Any]:
         if self._runner is None:
             return []
-        return list({id(r): r for r in (self._runner, self.query_runner)}.values())
+        return list({id(r): r for r in (self._runner, self._query_runner)}.values())
 
     def _sparse_runner(self) -> Any:
         return self.runner
@@ -133,8 +158,8 @@ class JointEncoder(Encoder):
     def _encode(self, texts: Sequence[str], top_k: int | None, batch_size: int | None,
                 show_progress: bool | None, desc: str, query: bool = False) -> EncodedBatch:
         self.warm()
-        runner = self.query_runner if query else self.runner
-        projection = self.query_projection if query else self.projection
+        runner = self._query_runner if query else self._runner
+        projection = self._query_projection if query else self._projection
         model = runner.model
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
@@ -143,7 +168,7 @@ class JointEncoder(Encoder):
             if projection is not None:
                 vec = projection(vec.float())
             vec = normalise(vec) if self.normalize else vec.float()
-            return vec.cpu().numpy(), to_csr(splade_weights(out.logits, mask, self.keep, top_k))
+            return vec.cpu().numpy(), to_csr(splade_weights(out.logits, mask, self._keep, top_k))
 
         parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
         dense = assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)

@@ -150,6 +150,12 @@ class SpladeEncoder(Encoder):
         return cast(TransformerRunner, self._runner)
 
     @property
+    def keep(self) -> Any:
+        """The sparse vocabulary mask (a float tensor on the device)."""
+        self.warm()
+        return self._keep
+
+    @property
     def vocab(self) -> list[str]:  # type: ignore[override]
         self.warm()
         return self._vocab
