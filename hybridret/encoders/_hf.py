@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import EncoderError, ModelNotFoundError
-from ..models import resolve_model
+from ..models import LOAD_LOCK, resolve_model
 
 logger = logging.getLogger("hybridret.encoders")
 
@@ -32,32 +35,63 @@ def progress_enabled(show_progress: bool | None, total: int, batch_size: int) ->
     return total > batch_size and logging.getLogger("hybridret").isEnabledFor(logging.INFO)
 
 
-class TransformerRunner:
-    """Owns a tokenizer and a model on a device, and streams length-sorted batches through it."""
+def check_max_length(model_name: str, path: str, max_length: int) -> int:
+    """Validate ``max_length`` and clamp it to the model's positions when its config.json is on disk
+    (so the limit is known before the weights are loaded)."""
+    if max_length < 8:
+        raise EncoderError(f"max_length must be at least 8, got {max_length}")
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return int(max_length)
+    try:
+        positions = json.loads(config.read_text(encoding="utf-8")).get("max_position_embeddings")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise EncoderError(f"model {model_name!r}: cannot read {config}: {exc}") from exc
+    return _clamp(model_name, int(max_length), positions)
 
-    def __init__(self, model_name: str, loader: str, *, device: str | None, max_length: int, dtype: str = "auto") -> None:
+
+def _clamp(model_name: str, max_length: int, positions: Any) -> int:
+    if isinstance(positions, int) and max_length > positions:
+        logger.warning("%s: max_length %d exceeds the model's %d positions; using %d", model_name,
+                       max_length, positions, positions)
+        return positions
+    return max_length
+
+
+class TransformerRunner:
+    """Owns a tokenizer and a model on a device, and streams length-sorted batches through it.
+
+    Construction holds :data:`~hybridret.models.LOAD_LOCK` (transformers' loading is not
+    thread-safe); :meth:`tokenize` holds a per-runner lock (a fast tokenizer's truncation settings
+    are shared state: concurrent calls fail with "Already borrowed"). The forward passes run
+    unlocked.
+    """
+
+    def __init__(self, model_name: str, loader: str, *, device: str | None, max_length: int, dtype: str = "auto",
+                 path: str | None = None) -> None:
+        self.name = model_name
+        self.path = path if path is not None else resolve_model(model_name)
+        self.max_length = check_max_length(model_name, self.path, max_length)
+        self.device = pick_device(device)
+        self._tokenizer_lock = threading.Lock()
+        with LOAD_LOCK:
+            self._load(loader, dtype)
+        self.truncated = 0  # texts cut to max_length over this runner's life
+
+    def _load(self, loader: str, dtype: str) -> None:
         import torch
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-        if max_length < 8:
-            raise EncoderError(f"max_length must be at least 8, got {max_length}")
-        self.name = model_name
-        self.path = resolve_model(model_name)
-        self.device = pick_device(device)
-        self.max_length = int(max_length)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+            # never run code shipped with a model folder, and never ask on stdin whether to
+            self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
             cls = AutoModelForMaskedLM if loader == "mlm" else AutoModel
-            self.model = cls.from_pretrained(self.path)
+            self.model = cls.from_pretrained(self.path, trust_remote_code=False)
         except OSError as exc:  # transformers raises OSError for missing/unreachable models
-            raise ModelNotFoundError(f"could not load model {model_name!r} from {self.path}: {exc}") from exc
-        except ValueError as exc:
-            raise EncoderError(f"model {model_name!r} cannot be loaded as {loader}: {exc}") from exc
-        positions = getattr(self.model.config, "max_position_embeddings", None)
-        if positions is not None and self.max_length > int(positions):
-            logger.warning("%s: max_length %d exceeds the model's %d positions; using %d", model_name,
-                           self.max_length, positions, positions)
-            self.max_length = int(positions)
+            raise ModelNotFoundError(f"could not load model {self.name!r} from {self.path}: {exc}") from exc
+        except ValueError as exc:  # also: a folder that needs its own code (auto_map) to load
+            raise EncoderError(f"model {self.name!r} cannot be loaded as {loader}: {exc}") from exc
+        self.max_length = _clamp(self.name, self.max_length, getattr(self.model.config, "max_position_embeddings", None))
         self.model.eval()
         self.model.to(self.device)
         # fp16 on GPU halves memory and doubles throughput; CPU stays float32.
@@ -68,12 +102,12 @@ class TransformerRunner:
             self.autocast_dtype = getattr(torch, dtype)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.special_ids = set(self.tokenizer.all_special_ids)
-        self.truncated = 0  # texts cut to max_length over this runner's life
 
     def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
         """Token ids per text, cut to ``max_length`` (keeping the closing special token); also the
-        number of texts that were cut."""
-        enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=self.max_length + 1)
+        number of texts that were cut. Safe to call from several threads."""
+        with self._tokenizer_lock:
+            enc = self.tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=self.max_length + 1)
         ids_list: list[list[int]] = enc["input_ids"]
         cut = 0
         limit = self.max_length
@@ -82,6 +116,11 @@ class TransformerRunner:
                 cut += 1
                 ids_list[i] = ids[: limit - 1] + ids[-1:] if ids[-1] in self.special_ids else ids[:limit]
         return ids_list, cut
+
+    def plain_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` without special tokens or truncation. Safe to call from several threads."""
+        with self._tokenizer_lock:
+            return list(self.tokenizer(text, add_special_tokens=False, truncation=False)["input_ids"])
 
     def batches(
         self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None
@@ -93,7 +132,8 @@ class TransformerRunner:
         if batch_size < 1:
             raise EncoderError(f"batch_size must be positive, got {batch_size}")
         ids_list, cut = self.tokenize(texts)
-        self.truncated += cut
+        with self._tokenizer_lock:  # several threads may count at once
+            self.truncated += cut
         if cut:
             # callers that stream many chunks (show_progress=False) report a total themselves
             logger.log(logging.DEBUG if show_progress is False else logging.INFO,

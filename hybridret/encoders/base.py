@@ -10,6 +10,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ..models import LOAD_LOCK
+from .identity import model_fingerprint
+
 __all__ = ["EncodedBatch", "Encoder"]
 
 
@@ -38,10 +41,33 @@ class Encoder(ABC):
 
     Subclasses set :attr:`dense_dim` (``None`` without a dense head) and :attr:`vocab` (the sparse
     vocabulary, term id -> token, ``None`` without a sparse head).
+
+    Models load on first use (or on :meth:`warm`), once, however many threads ask at the same time:
+    a subclass that loads lazily puts the loading in :meth:`_load`, which runs under
+    :data:`~hybridret.models.LOAD_LOCK`, and calls :meth:`warm` before touching what it loads.
     """
 
     dense_dim: int | None = None
     vocab: list[str] | None = None
+    _loaded: bool = False
+
+    def warm(self) -> Encoder:
+        """Load every model this encoder needs now rather than on first use; a no-op once loaded.
+        Thread-safe. Returns the encoder."""
+        if not self._loaded:
+            with LOAD_LOCK:
+                if not self._loaded:  # checked again: another thread may have loaded meanwhile
+                    self._load()
+                    self._loaded = True
+        return self
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the models are loaded (see :meth:`warm`)."""
+        return self._loaded
+
+    def _load(self) -> None:
+        """Load the models (called once, under the load lock); eager encoders need not override it."""
 
     @abstractmethod
     def encode_queries(
@@ -68,10 +94,23 @@ class Encoder(ABC):
         return self.vocab is not None
 
     def truncation_counts(self) -> dict[str, int]:
-        """Texts cut to ``max_length`` so far, per underlying model."""
-        runners = [getattr(self, "runner", None)] + [getattr(getattr(self, n, None), "runner", None)
-                                                     for n in ("dense", "sparse")]
-        return {r.name: r.truncated for r in runners if r is not None}
+        """Texts cut to ``max_length`` so far, per underlying model (models not loaded yet cut none)."""
+        return {r.name: r.truncated for r in self._loaded_runners()}
+
+    def _fingerprint(self, name: str) -> str | None:
+        """The weights fingerprint of model ``name``, taken once (at load or at the first config())."""
+        cache: dict[str, str | None] = self.__dict__.setdefault("_fingerprints", {})
+        if name not in cache:
+            cache[name] = model_fingerprint(name)
+        return cache[name]
+
+    def _loaded_runners(self) -> list[Any]:
+        """The transformer runners loaded so far."""
+        return []
+
+    def _sparse_runner(self) -> Any:
+        """The runner whose tokenizer is the sparse vocabulary's (``None``: none, or not a runner)."""
+        return None
 
     @property
     def sparse_tokenizer(self) -> Any:
@@ -81,6 +120,9 @@ class Encoder(ABC):
     def text_term_ids(self, text: str) -> set[int]:
         """Sparse-vocabulary ids of the tokens that occur literally in ``text``; a matched term
         outside this set is an *expansion* term."""
+        runner = self._sparse_runner()
+        if runner is not None:
+            return set(runner.plain_ids(text))  # under the runner's tokenizer lock
         tok = self.sparse_tokenizer
         if tok is None:
             return set()

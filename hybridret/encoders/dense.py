@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-from ..models import DEFAULT_DENSE_MODEL
-from ._hf import TransformerRunner, check_pooling, pool
+from ..models import DEFAULT_DENSE_MODEL, is_hub_id, model_location, resolve_model
+from ._hf import TransformerRunner, check_max_length, check_pooling, pick_device, pool
 from .base import EncodedBatch, Encoder
 
 __all__ = ["DenseEncoder", "assemble_dense"]
@@ -32,7 +32,8 @@ class DenseEncoder(Encoder):
     """Dense-only encoder (default: all-MiniLM-L6-v2, packaged; mean pooling, L2-normalised).
 
     ``query_prefix`` / ``document_prefix`` are prepended to texts, for models trained with
-    instructions such as ``"query: "`` / ``"passage: "``.
+    instructions such as ``"query: "`` / ``"passage: "``. The model loads on first use or
+    :meth:`warm`.
     """
 
     def __init__(
@@ -49,22 +50,57 @@ class DenseEncoder(Encoder):
     ) -> None:
         check_pooling(pooling)
         self.model_name = model
-        self.runner = TransformerRunner(model, "base", device=device, max_length=max_length)
+        self.path = resolve_model(model)
+        self.max_length = check_max_length(model, self.path, max_length)
         self.pooling = pooling
         self.normalize = normalize
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.batch_size = batch_size
-        self.dense_dim = int(self.runner.model.config.hidden_size)
-        self.vocab = None
+        self._device = pick_device(device)
+        self._runner: TransformerRunner | None = None
+        self._dim = 0
+        if is_hub_id(self.path):  # nothing is known about a Hub model before it is downloaded
+            self.warm()
+
+    def _load(self) -> None:
+        self._fingerprint(self.model_name)
+        runner = TransformerRunner(self.model_name, "base", device=self._device, max_length=self.max_length,
+                                   path=self.path)
+        self._dim = int(runner.model.config.hidden_size)
+        self.max_length = runner.max_length
+        self._runner = runner
+
+    @property
+    def runner(self) -> TransformerRunner:
+        """The tokenizer and model (loaded on first use)."""
+        self.warm()
+        return cast(TransformerRunner, self._runner)
+
+    @property
+    def dense_dim(self) -> int:  # type: ignore[override]
+        self.warm()
+        return self._dim
+
+    @property
+    def has_dense(self) -> bool:
+        return True
+
+    @property
+    def has_sparse(self) -> bool:
+        return False
 
     @property
     def device(self) -> str:
-        return self.runner.device
+        return self._device
+
+    def _loaded_runners(self) -> list[Any]:
+        return [self._runner] if self._runner is not None else []
 
     def _encode(self, texts: Sequence[str], prefix: str, batch_size: int | None, show_progress: bool | None,
                 desc: str) -> np.ndarray:
-        model = self.runner.model
+        runner = self.runner
+        model = runner.model
         if prefix:
             texts = [prefix + t for t in texts]
 
@@ -74,7 +110,7 @@ class DenseEncoder(Encoder):
             vec = normalise(vec) if self.normalize else vec.float()
             return (vec.cpu().numpy(),)
 
-        parts = self.runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
+        parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
         return assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
 
     def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,
@@ -88,8 +124,9 @@ class DenseEncoder(Encoder):
     def config(self) -> dict[str, Any]:
         return {
             "type": "dense",
-            "model": self.model_name,
-            "max_length": self.runner.max_length,
+            "model": model_location(self.model_name),
+            "fingerprint": self._fingerprint(self.model_name),
+            "max_length": self.max_length,
             "pooling": self.pooling,
             "normalize": self.normalize,
             "query_prefix": self.query_prefix,

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import EncoderError
-from ._hf import TransformerRunner, check_pooling, pool
+from ..models import is_hub_id, model_location, resolve_model
+from ._hf import TransformerRunner, check_max_length, check_pooling, pick_device, pool
 from .base import EncodedBatch, Encoder
 from .dense import assemble_dense, normalise
-from .splade import assemble_sparse, sparse_head, splade_weights, to_csr
+from .splade import assemble_sparse, check_top_k, sparse_head, splade_weights, to_csr
 
 __all__ = ["JointEncoder"]
 
@@ -30,7 +31,8 @@ class JointEncoder(Encoder):
 
     ``query_model`` gives queries their own checkpoint (asymmetric towers; same tokenizer, same
     dense size). A folder with ``query/`` and ``document/`` sub-folders, as hybridret's trainer
-    writes for separate towers, is recognised and used that way.
+    writes for separate towers, is recognised and used that way. The models load on first use or
+    :meth:`warm`.
     """
 
     def __init__(
@@ -47,41 +49,117 @@ class JointEncoder(Encoder):
         device: str | None = None,
     ) -> None:
         check_pooling(pooling)
+        check_top_k(doc_top_k, query_top_k)
         self.model_name = model
         self.query_model = query_model
         doc_path, query_path = model, query_model
         root = Path(str(model)).expanduser()
         if query_model is None and all((root / t / "config.json").is_file() for t in TOWERS):
             doc_path, query_path = str(root / "document"), str(root / "query")
-        self.runner = TransformerRunner(doc_path, "mlm", device=device, max_length=max_length)
-        self.query_runner = self.runner if query_path is None else \
-            TransformerRunner(query_path, "mlm", device=device, max_length=max_length)
+        self._paths = (resolve_model(doc_path), None if query_path is None else resolve_model(query_path))
+        self._names = (doc_path, query_path)
+        self.max_length = check_max_length(doc_path, self._paths[0], max_length)
+        if self._paths[1] is not None:
+            self.max_length = check_max_length(str(query_path), self._paths[1], self.max_length)
         self.pooling = pooling
         self.normalize = normalize
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        self.keep, self.vocab = sparse_head(self.runner, doc_top_k, query_top_k)
-        if self.query_runner is not self.runner:
-            _, query_vocab = sparse_head(self.query_runner, doc_top_k, query_top_k)
-            if query_vocab != self.vocab:
+        self._device = pick_device(device)
+        self._runner: TransformerRunner | None = None
+        self._query_runner: TransformerRunner | None = None
+        if any(p is not None and is_hub_id(p) for p in self._paths):
+            self.warm()  # nothing is known about a Hub model before it is downloaded
+
+    def _load(self) -> None:
+        self._fingerprint(self.model_name)
+        if self.query_model is not None:
+            self._fingerprint(self.query_model)
+        (doc_name, query_name), (doc_path, query_path) = self._names, self._paths
+        runner = TransformerRunner(doc_name, "mlm", device=self._device, max_length=self.max_length, path=doc_path)
+        query_runner = runner if query_path is None else TransformerRunner(
+            str(query_name), "mlm", device=self._device, max_length=runner.max_length, path=query_path)
+        self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
+        if query_runner is not runner:
+            _, query_vocab = sparse_head(query_runner, self.doc_top_k, self.query_top_k)
+            if query_vocab != self._vocab:
                 raise EncoderError(f"query tower {query_path!r} and document tower {doc_path!r} have different vocabularies")
-        self.projection, self.dense_dim = _load_projection(self.runner)
-        if self.query_runner is self.runner:
-            self.query_projection = self.projection
-        else:
-            self.query_projection, qdim = _load_projection(self.query_runner)
-            if qdim != self.dense_dim:
-                raise EncoderError(f"query tower gives {qdim}-d dense vectors, document tower {self.dense_dim}-d")
+        self._projection, self._dim = _load_projection(runner)
+        self._query_projection = self._projection
+        if query_runner is not runner:
+            self._query_projection, qdim = _load_projection(query_runner)
+            if qdim != self._dim:
+                raise EncoderError(f"query tower gives {qdim}-d dense vectors, document tower {self._dim}-d")
+        self.max_length = min(runner.max_length, query_runner.max_length)
+        self._query_runner = query_runner
+        self._runner = runner
+
+    @property
+    def runner(self) -> TransformerRunner:
+        """The document tower's tokenizer and model (loaded on first use)."""
+        self.warm()
+        return cast(TransformerRunner, self._runner)
+
+    @property
+    def query_runner(self) -> TransformerRunner:
+        """The query tower's tokenizer and model (the document tower's without a query model)."""
+        self.warm()
+        return cast(TransformerRunner, self._query_runner)
+
+    @property
+    def keep(self) -> Any:
+        """The sparse vocabulary mask (a float tensor on the device)."""
+        self.warm()
+        return self._keep
+
+    @property
+    def projection(self) -> Any:
+        """The document tower's dense projection (``None`` without one)."""
+        self.warm()
+        return self._projection
+
+    @property
+    def query_projection(self) -> Any:
+        """The query tower's dense projection (``None`` without one)."""
+        self.warm()
+        return self._query_projection
+
+    @property
+    def dense_dim(self) -> int:  # type: ignore[override]
+        self.warm()
+        return self._dim
+
+    @property
+    def vocab(self) -> list[str]:  # type: ignore[override]
+        self.warm()
+        return self._vocab
+
+    @property
+    def has_dense(self) -> bool:
+        return True
+
+    @property
+    def has_sparse(self) -> bool:
+        return True
 
     @property
     def device(self) -> str:
-        return self.runner.device
+        return self._device
+
+    def _loaded_runners(self) -> list[Any]:
+        if self._runner is None:
+            return []
+        return list({id(r): r for r in (self._runner, self._query_runner)}.values())
+
+    def _sparse_runner(self) -> Any:
+        return self.runner
 
     def _encode(self, texts: Sequence[str], top_k: int | None, batch_size: int | None,
                 show_progress: bool | None, desc: str, query: bool = False) -> EncodedBatch:
-        runner = self.query_runner if query else self.runner
-        projection = self.query_projection if query else self.projection
+        self.warm()
+        runner = self._query_runner if query else self._runner
+        projection = self._query_projection if query else self._projection
         model = runner.model
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
@@ -90,7 +168,7 @@ class JointEncoder(Encoder):
             if projection is not None:
                 vec = projection(vec.float())
             vec = normalise(vec) if self.normalize else vec.float()
-            return vec.cpu().numpy(), to_csr(splade_weights(out.logits, mask, self.keep, top_k))
+            return vec.cpu().numpy(), to_csr(splade_weights(out.logits, mask, self._keep, top_k))
 
         parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
         dense = assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
@@ -109,22 +187,20 @@ class JointEncoder(Encoder):
                          show_progress: bool | None = None) -> EncodedBatch:
         return self._encode(texts, self.doc_top_k, batch_size, show_progress, "joint docs")
 
-    def truncation_counts(self) -> dict[str, int]:
-        runners = {id(r): r for r in (self.runner, self.query_runner)}.values()
-        return {r.name: r.truncated for r in runners}
-
     def config(self) -> dict[str, Any]:
         out = {
             "type": "joint",
-            "model": self.model_name,
+            "model": model_location(self.model_name),
+            "fingerprint": self._fingerprint(self.model_name),
             "pooling": self.pooling,
             "normalize": self.normalize,
-            "max_length": self.runner.max_length,
+            "max_length": self.max_length,
             "doc_top_k": self.doc_top_k,
             "query_top_k": self.query_top_k,
         }
         if self.query_model is not None:  # only when set, so existing index manifests stay equal
-            out["query_model"] = self.query_model
+            out["query_model"] = model_location(self.query_model)
+            out["query_fingerprint"] = self._fingerprint(self.query_model)
         return out
 
 

@@ -13,13 +13,38 @@ __all__ = ["PairedEncoder"]
 
 
 class PairedEncoder(Encoder):
-    """Runs a :class:`DenseEncoder` and a :class:`SpladeEncoder` on the same texts."""
+    """Runs a :class:`DenseEncoder` and a :class:`SpladeEncoder` on the same texts (each loads its
+    model on first use, or both on :meth:`warm`)."""
 
     def __init__(self, dense: DenseEncoder, sparse: SpladeEncoder) -> None:
         self.dense = dense
         self.sparse = sparse
-        self.dense_dim = dense.dense_dim
-        self.vocab = sparse.vocab
+
+    def _load(self) -> None:
+        self.dense.warm()
+        self.sparse.warm()
+
+    @property
+    def dense_dim(self) -> int:  # type: ignore[override]
+        return self.dense.dense_dim
+
+    @property
+    def vocab(self) -> list[str]:  # type: ignore[override]
+        return self.sparse.vocab
+
+    @property
+    def has_dense(self) -> bool:
+        return True
+
+    @property
+    def has_sparse(self) -> bool:
+        return True
+
+    def _loaded_runners(self) -> list[Any]:
+        return self.dense._loaded_runners() + self.sparse._loaded_runners()
+
+    def _sparse_runner(self) -> Any:
+        return self.sparse.runner
 
     @classmethod
     def from_names(cls, dense_model: str | None = None, sparse_model: str | None = None, *,

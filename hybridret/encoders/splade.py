@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import EncoderError
-from ..models import DEFAULT_SPARSE_MODEL
-from ._hf import TransformerRunner
+from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
+from ._hf import TransformerRunner, check_max_length, pick_device
 from .base import EncodedBatch, Encoder
 
 __all__ = ["SpladeEncoder", "sparse_vocab_mask", "splade_weights"]
@@ -83,14 +83,18 @@ def assemble_sparse(parts: list[tuple[np.ndarray, sp.csr_matrix]], n: int, vocab
     return out.astype(np.float32)
 
 
+def check_top_k(doc_top_k: int | None, query_top_k: int | None) -> None:
+    for name, value in (("doc_top_k", doc_top_k), ("query_top_k", query_top_k)):
+        if value is not None and value < 1:
+            raise EncoderError(f"{name} must be positive or None, got {value}")
+
+
 def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: int | None) -> tuple[Any, list[str]]:
     """Validate top-k settings and return the vocabulary keep-mask (a float tensor on the model's
     device) and the term list of a masked-LM runner's output layer."""
     import torch
 
-    for name, value in (("doc_top_k", doc_top_k), ("query_top_k", query_top_k)):
-        if value is not None and value < 1:
-            raise EncoderError(f"{name} must be positive or None, got {value}")
+    check_top_k(doc_top_k, query_top_k)
     head = runner.model.get_output_embeddings()
     if head is None:
         raise EncoderError(f"model {runner.name!r} has no masked-LM head; a *ForMaskedLM checkpoint is needed")
@@ -103,7 +107,8 @@ def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: i
 class SpladeEncoder(Encoder):
     """Sparse-only encoder around any masked-language model (default: SPLADE-tiny, packaged).
 
-    ``doc_top_k`` / ``query_top_k`` optionally keep only the k heaviest terms per text.
+    ``doc_top_k`` / ``query_top_k`` optionally keep only the k heaviest terms per text. The model
+    loads on first use or :meth:`warm`.
     """
 
     def __init__(
@@ -116,28 +121,74 @@ class SpladeEncoder(Encoder):
         batch_size: int = 32,
         device: str | None = None,
     ) -> None:
+        check_top_k(doc_top_k, query_top_k)
         self.model_name = model
-        self.runner = TransformerRunner(model, "mlm", device=device, max_length=max_length)
-        self.keep, self.vocab = sparse_head(self.runner, doc_top_k, query_top_k)
+        self.path = resolve_model(model)
+        self.max_length = check_max_length(model, self.path, max_length)
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        self.dense_dim = None
+        self._device = pick_device(device)
+        self._runner: TransformerRunner | None = None
+        self._keep: Any = None
+        self._vocab: list[str] = []
+        if is_hub_id(self.path):  # nothing is known about a Hub model before it is downloaded
+            self.warm()
+
+    def _load(self) -> None:
+        self._fingerprint(self.model_name)
+        runner = TransformerRunner(self.model_name, "mlm", device=self._device, max_length=self.max_length,
+                                   path=self.path)
+        self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
+        self.max_length = runner.max_length
+        self._runner = runner
+
+    @property
+    def runner(self) -> TransformerRunner:
+        """The tokenizer and model (loaded on first use)."""
+        self.warm()
+        return cast(TransformerRunner, self._runner)
+
+    @property
+    def keep(self) -> Any:
+        """The sparse vocabulary mask (a float tensor on the device)."""
+        self.warm()
+        return self._keep
+
+    @property
+    def vocab(self) -> list[str]:  # type: ignore[override]
+        self.warm()
+        return self._vocab
+
+    @property
+    def has_dense(self) -> bool:
+        return False
+
+    @property
+    def has_sparse(self) -> bool:
+        return True
 
     @property
     def device(self) -> str:
-        return self.runner.device
+        return self._device
+
+    def _loaded_runners(self) -> list[Any]:
+        return [self._runner] if self._runner is not None else []
+
+    def _sparse_runner(self) -> Any:
+        return self.runner
 
     def _encode(self, texts: Sequence[str], top_k: int | None, batch_size: int | None, show_progress: bool | None,
                 desc: str) -> sp.csr_matrix:
-        model = self.runner.model
+        runner = self.runner
+        model, keep = runner.model, self._keep
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
             logits = model(input_ids=ids, attention_mask=mask).logits
-            return (to_csr(splade_weights(logits, mask, self.keep, top_k)),)
+            return (to_csr(splade_weights(logits, mask, keep, top_k)),)
 
-        parts = self.runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
-        return assemble_sparse([(p, r[0]) for p, r in parts], len(texts), len(self.vocab))
+        parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
+        return assemble_sparse([(p, r[0]) for p, r in parts], len(texts), len(self._vocab))
 
     @property
     def sparse_tokenizer(self) -> Any:
@@ -154,8 +205,9 @@ class SpladeEncoder(Encoder):
     def config(self) -> dict[str, Any]:
         return {
             "type": "splade",
-            "model": self.model_name,
-            "max_length": self.runner.max_length,
+            "model": model_location(self.model_name),
+            "fingerprint": self._fingerprint(self.model_name),
+            "max_length": self.max_length,
             "doc_top_k": self.doc_top_k,
             "query_top_k": self.query_top_k,
         }

@@ -46,18 +46,18 @@ def _load_backbone(path: str, name: str) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
     try:
-        config = AutoConfig.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except OSError as exc:
         raise ModelNotFoundError(f"could not load model {name!r} from {path}: {exc}") from exc
     archs = list(getattr(config, "architectures", None) or [])
     if any(a.endswith("ForMaskedLM") for a in archs):
-        return AutoModelForMaskedLM.from_pretrained(path)
+        return AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=False)
     logger.info("%s is a plain encoder (%s): adding a new masked-LM head tied to its word embeddings",
                 name, ", ".join(archs) or "unknown architecture")
     config.tie_word_embeddings = True
     try:
         mlm = AutoModelForMaskedLM.from_config(config)
-        encoder = AutoModel.from_pretrained(path)
+        encoder = AutoModel.from_pretrained(path, trust_remote_code=False)
     except ValueError as exc:
         raise EncoderError(f"model {name!r} has no masked-LM variant: {exc}") from exc
     result = mlm.base_model.load_state_dict(encoder.state_dict(), strict=False)
@@ -176,7 +176,7 @@ class HybridModel(torch.nn.Module):
             paths = {"shared": resolve_model(name_or_path)}
         if shared is None:
             shared = "shared" in paths
-        tokenizer = AutoTokenizer.from_pretrained(next(iter(paths.values())))
+        tokenizer = AutoTokenizer.from_pretrained(next(iter(paths.values())), trust_remote_code=False)
         keep = sparse_vocab_mask(tokenizer)
         towers: dict[str, HybridTower] = {}
         for tname, path in paths.items():
