@@ -313,10 +313,13 @@ class IndexWriter:
         return result
 
     def _check_encoder(self, given: dict[str, Any] | None) -> None:
+        from .encoders import compare_configs
+
         stored = self.encoder_config
-        if stored is not None and given is not None and given != stored:
-            raise ConfigError(f"the encoder given differs from the one that built {self.root} ({stored}); "
-                              "documents encoded by another model cannot be mixed into this index")
+        diffs = compare_configs(stored, given) if stored is not None and given is not None else []
+        if diffs:
+            raise ConfigError(f"the encoder given is not the one that built {self.root}: " + "; ".join(diffs) +
+                              "; documents encoded by another model cannot be mixed into this index")
 
     def _encode(self, batch: list[Document], old_rows: list[int | None], snap: Snapshot | None, cache: Any,
                 batch_size: int, truncated_before: dict[str, int]) -> tuple[EncodedBatch, int]:

@@ -256,19 +256,29 @@ class HybridRetriever:
 
     @classmethod
     def load(cls, path: str | Path, *, encoder: Encoder | None = None, device: str | None = None,
-             warm: bool = False) -> HybridRetriever:
-        """Open an index directory. The encoder is rebuilt from the manifest on first use (``warm``:
-        now, before the first query). Search it while other processes write: :meth:`refresh`
-        picks up their commits."""
+             warm: bool = False, verify: bool = True) -> HybridRetriever:
+        """Open an index directory. The encoder is rebuilt from the manifest (its models load on
+        first use; ``warm``: now, before the first query), and the weights found must have the
+        fingerprints recorded at build time (``verify=False`` skips that check). An ``encoder``
+        given must be the one that built the index (:class:`ConfigError` lists the differences).
+        Search it while other processes write: :meth:`refresh` picks up their commits."""
+        from .encoders import compare_configs, encoder_from_config
+
         prepare_native_libraries()
         manifest = read_manifest(path)
         settings = {k: v for k, v in manifest.get("settings", {}).items() if k in DEFAULT_SETTINGS}
         self = cls(encoder, device=device, **settings)
         stored = manifest.get("encoder")
-        if encoder is not None and stored is not None and encoder.config() != stored:
-            logger.warning("the encoder given differs from the one the index was built with: %s", stored)
+        if encoder is not None and stored is not None:
+            diffs = compare_configs(stored, encoder.config())
+            if diffs:
+                raise ConfigError(f"the encoder given is not the one that built {path}: " + "; ".join(diffs) +
+                                  " (vectors from different models cannot be compared; load without encoder=)")
         if encoder is None:
-            self._slot = EncoderSlot(None, stored, device)
+            if stored is None:
+                raise IndexFormatError(f"{path}: the manifest names no encoder")
+            # built now, so a missing model or changed weights fail here, not at the first query
+            self._slot = EncoderSlot(encoder_from_config(stored, device=device, verify=verify), None, device)
         self._root = Path(path)
         self._searcher = Searcher(self._root, encoder=self._slot, device=device, warm=warm)
         return self

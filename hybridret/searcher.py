@@ -37,10 +37,12 @@ _ENCODER_LOCK = threading.Lock()  # one encoder build at a time per process (see
 class EncoderSlot:
     """An encoder built on first use from a config, once, even when many threads ask at once."""
 
-    def __init__(self, encoder: Encoder | None, config: dict[str, Any] | None, device: str | None) -> None:
+    def __init__(self, encoder: Encoder | None, config: dict[str, Any] | None, device: str | None, *,
+                 verify: bool = True) -> None:
         self._encoder = encoder
         self.config = encoder.config() if encoder is not None else config
         self.device = device
+        self.verify = verify
 
     @property
     def loaded(self) -> bool:
@@ -55,7 +57,7 @@ class EncoderSlot:
                 if self.config is None:
                     raise ConfigError("this index has no encoder")
                 prepare_native_libraries()
-                self._encoder = encoder_from_config(self.config, device=self.device)
+                self._encoder = encoder_from_config(self.config, device=self.device, verify=self.verify)
             return self._encoder
 
     def has(self, head: str) -> bool:
@@ -176,10 +178,8 @@ class Searcher:
         return self._snap.num_docs
 
     def warm(self) -> Searcher:
-        """Load the encoder now (a server does this before taking requests)."""
-        enc = self._encoder.get()
-        if hasattr(enc, "warm"):
-            enc.warm()
+        """Load the encoder's models now (a server does this before taking requests)."""
+        self._encoder.get().warm()
         return self
 
     def refresh(self) -> bool:

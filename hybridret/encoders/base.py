@@ -66,7 +66,7 @@ class Encoder(ABC):
         """Whether the models are loaded (see :meth:`warm`)."""
         return self._loaded
 
-    def _load(self) -> None:
+    def _load(self) -> None:  # noqa: B027 - a hook with a default, not an abstract method
         """Load the models (called once, under the load lock); eager encoders need not override it."""
 
     @abstractmethod

@@ -30,7 +30,7 @@ from ..encoders.dense import normalise
 from ..encoders.joint import PROJECTION_FILE
 from ..encoders.splade import sparse_vocab_mask, splade_weights
 from ..errors import EncoderError, ModelNotFoundError
-from ..models import resolve_model
+from ..models import LOAD_LOCK, resolve_model
 
 __all__ = ["HybridModel", "HybridTower", "MANIFEST_FILE", "SEPARATE_TOWERS"]
 
@@ -43,12 +43,19 @@ SEPARATE_TOWERS = ("query", "document")
 def _load_backbone(path: str, name: str) -> torch.nn.Module:
     """A ``*ForMaskedLM`` model from ``path``; a plain encoder gets a fresh MLM head tied to its
     word embeddings."""
+    with LOAD_LOCK:  # transformers' loading is not thread-safe
+        return _load_backbone_unlocked(path, name)
+
+
+def _load_backbone_unlocked(path: str, name: str) -> torch.nn.Module:
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
     try:
         config = AutoConfig.from_pretrained(path, trust_remote_code=False)
     except OSError as exc:
         raise ModelNotFoundError(f"could not load model {name!r} from {path}: {exc}") from exc
+    except ValueError as exc:  # e.g. a folder that needs its own code (never run)
+        raise EncoderError(f"model {name!r} at {path} cannot be loaded: {exc}") from exc
     archs = list(getattr(config, "architectures", None) or [])
     if any(a.endswith("ForMaskedLM") for a in archs):
         return AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=False)
@@ -176,7 +183,8 @@ class HybridModel(torch.nn.Module):
             paths = {"shared": resolve_model(name_or_path)}
         if shared is None:
             shared = "shared" in paths
-        tokenizer = AutoTokenizer.from_pretrained(next(iter(paths.values())), trust_remote_code=False)
+        with LOAD_LOCK:
+            tokenizer = AutoTokenizer.from_pretrained(next(iter(paths.values())), trust_remote_code=False)
         keep = sparse_vocab_mask(tokenizer)
         towers: dict[str, HybridTower] = {}
         for tname, path in paths.items():
