@@ -132,7 +132,8 @@ class IndexWriter:
                  device: str | None = None) -> None:
         self.root = Path(root)
         self.device = device
-        self._encoder = encoder
+        self._encoder = encoder if isinstance(encoder, Encoder) else None
+        self._encoder_factory = None if isinstance(encoder, Encoder) else encoder
         self.lock = WriterLock(self.root)
         try:
             self.manifest: dict[str, Any] | None = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
@@ -153,12 +154,11 @@ class IndexWriter:
 
     # -- helpers --------------------------------------------------------------------------------
     def _get_encoder(self) -> Encoder:
-        enc = self._encoder
-        if enc is None:
-            raise ConfigError("this writer has no encoder: pass encoder= to add documents")
-        if not isinstance(enc, Encoder):
-            enc = self._encoder = enc()
-        return enc
+        if self._encoder is None:
+            if self._encoder_factory is None:
+                raise ConfigError("this writer has no encoder: pass encoder= to add documents")
+            self._encoder = self._encoder_factory()
+        return self._encoder
 
     def close(self) -> None:
         self.lock.release()
@@ -224,7 +224,7 @@ class IndexWriter:
             shape = {"dense_dim": encoder.dense_dim, "vocab_size": len(encoder.vocab) if encoder.vocab else None}
             self.encoder_config = encoder.config()
         else:
-            given = self._encoder.config() if isinstance(self._encoder, Encoder) else self.given_config
+            given = self._encoder.config() if self._encoder is not None else self.given_config
             self._check_encoder(given)
         cache = None
         if encode_cache is not None:
@@ -359,7 +359,7 @@ class IndexWriter:
         return EncodedBatch(dense=out_dense, sparse=out_sparse), len(todo)
 
     def _warn_truncated(self, before: dict[str, int], count: int) -> None:
-        if not before or not isinstance(self._encoder, Encoder):
+        if not before or self._encoder is None:
             return
         for model, total in self._encoder.truncation_counts().items():
             cut = total - before.get(model, 0)

@@ -21,7 +21,7 @@ from .errors import ConfigError, IndexExistsError, IndexFormatError
 from .filters import Filter
 from .hybrid import FusionConfig
 from .index.lock import WriterLock
-from .index.manifest import MANIFEST, commit, link_tree, read_manifest
+from .index.manifest import MANIFEST, collect_garbage, commit, link_tree, read_manifest
 from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult
 from .retrievers import QueryBatch
 from .searcher import METHODS, EncoderSlot, Searcher
@@ -124,11 +124,15 @@ class HybridRetriever:
     def _reuse(self) -> dict[str, Any]:
         return {s.name: s for s in self._searcher.snapshot.segments} if self._searcher is not None else {}
 
-    def _after_write(self) -> None:
+    def _after_write(self, writer: IndexWriter) -> None:
+        """Serve the new commit, then (still holding the writer lock) remove what only our previous
+        snapshot kept alive; segments other readers lease stay."""
         if self._searcher is None:
             self._searcher = Searcher(self._root, encoder=self._slot, device=self.device)
         else:
             self._searcher.refresh()
+        if writer.manifest is not None:
+            collect_garbage(writer.root, writer.manifest)
 
     def index(self, documents: Iterable[Any], *, batch_size: int = 32, chunk_size: int = 1024,
               workdir: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
@@ -163,9 +167,9 @@ class HybridRetriever:
         with self._writer(root, settings=self.settings) as w:
             w.write(documents, mode="build", batch_size=batch_size, chunk_size=chunk_size, encode_cache=encode_cache,
                     show_progress=show_progress, total=total, source=source)
-        if root != self._root:
-            self._root, self._searcher = root, None
-        self._after_write()
+            if root != self._root:
+                self._root, self._searcher = root, None
+            self._after_write(w)
         logger.info("indexed %d documents", self.num_docs)
         return self
 
@@ -174,7 +178,7 @@ class HybridRetriever:
             raise ConfigError("the retriever has no index yet: call index() or load() first")
         with self._writer(self._root) as w:
             result = w.write(documents, mode=mode, reuse=self._reuse(), **kw)
-        self._after_write()
+            self._after_write(w)
         return result
 
     def add(self, documents: Iterable[Any], **kw: Any) -> WriteResult:
@@ -195,7 +199,7 @@ class HybridRetriever:
             raise ConfigError("the retriever has no index yet")
         with self._writer(self._root) as w:
             result = w.delete(ids, missing=missing, reuse=self._reuse())
-        self._after_write()
+            self._after_write(w)
         return result
 
     def compact(self, *, show_progress: bool | None = None) -> WriteResult:
@@ -204,7 +208,7 @@ class HybridRetriever:
             raise ConfigError("the retriever has no index yet")
         with self._writer(self._root) as w:
             result = w.compact(reuse=self._reuse(), show_progress=show_progress)
-        self._after_write()
+            self._after_write(w)
         return result
 
     def refresh(self) -> bool:
@@ -220,7 +224,7 @@ class HybridRetriever:
             extra = {"fusion": config.to_dict() if config is not None else None,
                      "fusion_tuned_on": dict(tuned_on) if tuned_on else None}
             w._commit(list(w.manifest["segments"]), extra, w._shape(snap))  # type: ignore[index]
-        self._after_write()
+            self._after_write(w)
 
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:

@@ -89,3 +89,37 @@ def test_scale_script_quick(tmp_path):
     data = json.loads((tmp_path / "scale.json").read_text())
     assert data["synthetic"] is True and [d["size"] for d in data["sizes_done"]] == [2000, 5000]
     assert {r["index"].split()[0] for r in data["results"]} >= {"dense", "sparse"}
+
+
+def test_living_script_quick(tmp_path):
+    """living.py --quick on the bundled sample (its first 200 passages): every section is written."""
+    beir = tmp_path / "sample-beir"
+    (beir / "qrels").mkdir(parents=True)
+    for name in ("corpus.jsonl", "queries.jsonl"):
+        (beir / name).write_text((SAMPLE / name).read_text())
+    (beir / "qrels" / "test.tsv").write_text((SAMPLE / "qrels.tsv").read_text())
+    res = tmp_path / "results"
+    out = _run(BENCH / "living.py", "--quick", "--data", beir, "--index-root", tmp_path / "indexes",
+               "--out", res / "living.json", cwd=tmp_path)
+    assert "retriever.add(docs)" in out and "ratio segmented ÷ compacted" in out
+    data = json.loads((res / "living.json").read_text())
+    assert {"build", "add", "segments", "filters"} <= set(data)
+    add = data["add"]
+    assert add["write_result"]["added"] == add["docs_added"] > 0 and add["segments_after"] == 2
+    assert add["add_seconds"] > 0 and add["encode_alone_seconds"] > 0 and "overhead_seconds" in add
+    seg = data["segments"]
+    assert seg["made"]["segments"] == 20 and seg["compact"]["segments_after"] == 1
+    assert {(r["index"], r["method"]) for r in seg["latency"]} >= {
+        (i, m) for i in ("20 segments", "compacted", "ratio segmented ÷ compacted") for m in ("dense", "sparse", "bm25", "hybrid")}
+    fresh = {r["method"]: r for r in seg["quality_compacted_vs_fresh"]}
+    assert fresh["dense"]["queries with a different top-10 (ids, in order)"] == 0
+    assert all(r["queries with different top-10 scores"] == 0 for r in fresh.values() if r["method"] != "hybrid")
+    filt = data["filters"]
+    assert filt["metadata_upsert"]["write_result"]["encoded"] == 0
+    assert {r["filter"] for r in filt["latency"]} == {"none", "~50%", "~5%", "~0.1%"}
+    assert all(r["hits outside the filter"] == 0 for r in filt["latency"])
+    for check in filt["brute_force"].values():
+        assert check["dense"]["queries_top10_differ"] == check["dense"]["of_which_ties_at_equal_scores"]
+        assert check["sparse"]["queries_top10_differ"] == check["sparse"]["of_which_ties_at_equal_scores"]
+    _run(BENCH / "report.py", "--results", res, "--out", tmp_path / "docs" / "benchmarks.md", cwd=tmp_path)
+    assert "## Living index" in (tmp_path / "docs" / "benchmarks.md").read_text()
