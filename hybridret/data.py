@@ -419,13 +419,15 @@ class CorpusReader:
         first_empty: int | None = None
         path = self.file
         name = _display(path)
+        first = True  # the first non-blank line, where a TSV header may be
         for lineno, text in _iter_lines(path, max_line_bytes=self.max_line_bytes):
             if not text.strip():
                 continue
             if self.format is None:
                 self.format = _sniff_format(text)
                 logger.info("reading %s as %s (from its first line; pass format= to choose)", name, self.format)
-            doc = self._parse_tsv(text, lineno) if self.format == "tsv" else self._parse_jsonl(text, lineno)
+            doc = self._parse_tsv(text, lineno, first) if self.format == "tsv" else self._parse_jsonl(text, lineno)
+            first = False
             if doc is None:  # header line
                 continue
             prev = seen.get(doc.id)
@@ -458,7 +460,7 @@ class CorpusReader:
         title = _json_str(obj, ("title",), self.file, lineno, required=False)
         return Document(id=doc_id, text=body, title=title)
 
-    def _parse_tsv(self, text: str, lineno: int) -> Document | None:
+    def _parse_tsv(self, text: str, lineno: int, first: bool = False) -> Document | None:
         cols = text.split("\t")
         if len(cols) not in (2, 3):
             raise CorpusFormatError(
@@ -466,7 +468,7 @@ class CorpusReader:
                 path=_display(self.file), line=lineno,
             )
         doc_id = cols[0].strip()
-        if lineno == 1 and doc_id.lower() in _DOC_HEADER_IDS:
+        if first and doc_id.lower() in _DOC_HEADER_IDS:
             return None
         if not doc_id:
             raise CorpusFormatError("empty id", path=_display(self.file), line=lineno, field="id")
@@ -492,7 +494,7 @@ def load_queries(path: PathLike, *, max_line_bytes: int | None = None) -> dict[s
 
     JSON Lines is used for ``.jsonl``/``.json`` names (optionally ``.gz``), TSV otherwise; for
     ``"-"`` (standard input) or a pipe without such a name, JSON Lines if the first non-blank line
-    starts with ``{``. A TSV first line whose first column is a header name such as ``qid`` or
+    starts with ``{``. A TSV first non-blank line whose first column is a header name such as ``qid`` or
     ``query-id`` is skipped.
 
     Raises:
@@ -507,9 +509,11 @@ def load_queries(path: PathLike, *, max_line_bytes: int | None = None) -> dict[s
         is_json = None  # decided by the first line
     queries: dict[str, str] = {}
     lines: dict[str, int] = {}
+    first = True  # the first non-blank line, where a TSV header may be
     for lineno, text in _iter_lines(p, max_line_bytes=max_line_bytes):
         if not text.strip():
             continue
+        was_first, first = first, False
         if is_json is None:
             is_json = _sniff_format(text) == "jsonl"
         if is_json:
@@ -525,7 +529,7 @@ def load_queries(path: PathLike, *, max_line_bytes: int | None = None) -> dict[s
                     path=name, line=lineno,
                 )
             qid, qtext = cols[0].strip(), cols[1]
-            if lineno == 1 and qid.lower() in _QUERY_HEADER_IDS:
+            if was_first and qid.lower() in _QUERY_HEADER_IDS:
                 continue
             if not qid:
                 raise CorpusFormatError("empty query id", path=name, line=lineno, field="qid")

@@ -8,7 +8,8 @@ space-separated columns. :func:`write_run` then writes *every* line of that file
 columns instead (and logs a warning, since whitespace-splitting tools such as ``trec_eval`` will
 misread those ids, as they misread such qrels); :func:`load_run` splits a line that contains a tab
 on tabs, so the run reads back identically. Ids that no line format can hold (empty, containing a
-tab, newline or carriage return, or with leading/trailing whitespace) are refused with
+tab, newline or carriage return, with leading/trailing whitespace, or starting with U+FEFF, which
+readers drop as a byte-order mark) are refused with
 :class:`~hybridret.errors.ConfigError` naming the id.
 """
 
@@ -95,9 +96,9 @@ def _check_id(value: object, what: str) -> bool:
     """Validate one id for writing; True when it holds inner whitespace (needs tab-separated columns)."""
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{what} id {value!r} cannot be written to a run file (ids must be non-empty strings)")
-    if any(c in value for c in _UNWRITABLE) or value != value.strip():
+    if any(c in value for c in _UNWRITABLE) or value != value.strip() or value.startswith("\ufeff"):
         raise ConfigError(f"{what} id {value!r} cannot be written to a run file: it contains a tab, newline or "
-                          "carriage return, or starts or ends with whitespace")
+                          "carriage return, or starts or ends with whitespace or a byte-order mark")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -118,7 +119,8 @@ def write_run(run: Mapping[str, Mapping[str, float]], path: str | os.PathLike[st
     as ``qid<TAB>pid<TAB>rank``. The file is written to a temporary name and renamed.
 
     Scores are written exactly (six decimals when that is exact, else ``repr``), so
-    :func:`load_run` returns the same dict for a TREC run. When an id holds inner whitespace, the
+    :func:`load_run` returns the same dict for a TREC run (less queries with no documents, which
+    a run file cannot list). When an id holds inner whitespace, the
     TREC columns of the whole file are tab-separated (see the module docstring).
 
     Raises:
