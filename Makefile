@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/hybridret demo
+	$(VENV)/bin/hybridret demo --overwrite
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

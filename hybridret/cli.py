@@ -138,6 +138,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="index the bundled sample corpus and run a few queries")
     p.add_argument("-o", "--output", default="indexes/sample", metavar="DIR", help="default: indexes/sample")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing index at DIR")
     p.add_argument("-k", type=int, default=3)
     p.add_argument("--device", default=None)
 
@@ -223,13 +224,11 @@ def _build_retriever(args: argparse.Namespace, **settings: Any) -> Any:
 
 def _cmd_index(args: argparse.Namespace) -> int:
     from .data import CorpusReader
-    from .errors import IndexExistsError
-    from .index.manifest import MANIFEST
 
     out = Path(args.output)
-    if (out / MANIFEST).exists() and not args.overwrite:
-        raise IndexExistsError(f"an index already exists at {out}; pass --overwrite to replace it")
+    _check_output(out, args.overwrite)
     reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
+    total = _count_records(reader.file)  # before the models load: a corrupt file fails fast
     retriever = _build_retriever(args, faiss_factory=args.faiss, sparse_scheme=args.sparse_scheme,
                                  sparse_bits=args.sparse_bits, sparse_max_weight=args.sparse_max_weight,
                                  bm25=not args.no_bm25, store_text=not args.no_text)
@@ -240,9 +239,10 @@ def _cmd_index(args: argparse.Namespace) -> int:
     if cache is not None and (cache / "cache.json").is_file():
         logger.info("resuming: reusing encoded chunks from %s", cache)
     start = time.perf_counter()
-    retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
-                    total=_count_records(reader.file), encode_cache=cache, overwrite=True,
-                    source={"path": str(args.corpus), "format": reader.format})
+    with _NamingPath(out, retriever):
+        retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
+                        total=total, encode_cache=cache, overwrite=True,
+                        source={"path": str(args.corpus), "format": reader.format})
     if cache is not None and args.encode_cache is None:
         shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
     took = time.perf_counter() - start
@@ -252,15 +252,64 @@ def _cmd_index(args: argparse.Namespace) -> int:
 
 
 def _count_records(path: Path) -> int | None:
-    """Non-blank lines of a corpus file, for the progress bar's total and ETA (a quick pre-pass)."""
-    import gzip
+    """Non-blank lines of a corpus file, for the progress bar's total and ETA (a quick pre-pass).
 
+    Only for regular files: a pipe or standard input can be read once (``None``, no total). The
+    pass uses the readers' line splitting, so an over-long line, invalid UTF-8 or a truncated gzip
+    file raises :class:`CorpusFormatError` here, before any model is loaded.
+    """
+    import stat
+
+    from .data import _iter_lines, is_stream
+
+    if is_stream(path):
+        return None
     try:
-        opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(path, "rb") as fh:  # type: ignore[operator]
-            return sum(1 for line in fh if line.strip())
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
     except OSError:
         return None
+    return sum(1 for _, text in _iter_lines(path) if text.strip())
+
+
+def _check_output(out: Path, overwrite: bool) -> None:
+    """Fail before any model loads when ``out`` cannot become an index folder."""
+    import errno
+
+    from .errors import IndexExistsError
+    from .index.manifest import MANIFEST
+
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory (the index output must be a folder)",
+                                 str(out))
+    if (out / MANIFEST).exists() and not overwrite:
+        raise IndexExistsError(f"an index already exists at {out}; pass --overwrite to replace it")
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is not a directory, so the index folder cannot be made in it",
+                                 str(existing))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "no permission to write here", str(existing))
+
+
+class _NamingPath:
+    """Around a write into ``path``: give an ``OSError`` raised without a file name (a failed
+    ``write()``: disk full, file too large) the index folder, so that the error names it. (The
+    library removes its unfinished segment itself; the previous index stays as it was.)"""
+
+    def __init__(self, path: Path, retriever: Any) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename is None \
+                and exc.errno is not None:
+            raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
+        return False
 
 
 def _print_hits(hits: Any, i: int, *, width: int = 100) -> None:
@@ -447,9 +496,11 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
     corpus = SAMPLE_DIR / "corpus.jsonl"
     out = Path(args.output)
+    _check_output(out, args.overwrite)
     reader = CorpusReader(corpus)
     retriever = HybridRetriever.from_models(device=args.device)
-    retriever.index(reader, workdir=out, total=_count_records(reader.file), overwrite=True)
+    with _NamingPath(out, retriever):
+        retriever.index(reader, workdir=out, total=_count_records(reader.file), overwrite=True)
     logger.info("indexed the %d-passage sample corpus into %s", retriever.num_docs, out)
     queries = load_queries(SAMPLE_DIR / "queries.jsonl")
     hits = retriever.search([queries[q] for q in DEMO_QUERIES], k=args.k)
@@ -492,26 +543,81 @@ def _cmd_mine(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error_line(exc: BaseException) -> str:
+    """One line for an expected failure; an ``OSError`` leads with the path(s) it concerns."""
+    if isinstance(exc, OSError) and exc.strerror:
+        paths = [str(f) for f in (exc.filename, exc.filename2) if f is not None]
+        return f"{' -> '.join(paths)}: {exc.strerror}" if paths else str(exc.strerror)
+    if isinstance(exc, UnicodeError):
+        return f"text that is not valid Unicode (a lone surrogate, or bytes in another encoding?): {exc}"
+    return str(exc).replace("\n", " ")
+
+
+def _check_text_args(args: argparse.Namespace) -> None:
+    """Free text on the command line (a search query) must be valid Unicode. Bytes that are not
+    UTF-8 reach Python as lone surrogates; paths may hold those, query text may not."""
+    words = getattr(args, "query", None)
+    for word in words if isinstance(words, list) else []:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HybridRetError(f"the query {word!r} is not valid UTF-8 text (check the terminal's or "
+                                 "script's encoding)") from None
+
+
+def _stderr(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # stderr itself is gone (closed pipe): nothing left to tell
+        pass
+
+
+def _stdout_gone() -> int:
+    """stdout's reader went away (``| head``): exit quietly, like other Unix tools. Later writes,
+    including the interpreter's flush at exit, go to /dev/null (see the Python docs on SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool the broken pipe stopped
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted)."""
+    """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted, 141 output pipe
+    closed). Expected failures (bad input, missing or unwritable files, a full disk, text that is
+    not valid Unicode) print one ``hybridret: error: ...`` line; ``--debug`` shows the traceback."""
     # torch and FAISS each bring an OpenMP runtime; with spinning idle threads (the default) one
     # starves the other, and query encoding after a FAISS search ran ~15x slower on 2 cores.
     # This must be set before either library loads, which the CLI does lazily, below.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     parser = _parser()
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of any error")
     args = parser.parse_args(argv)
     _setup_logging(args)
     commands = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "demo": _cmd_demo,
                 "eval": _cmd_eval, "tune": _cmd_tune, "train": _cmd_train, "mine-negatives": _cmd_mine,
                 "add": _cmd_add, "delete": _cmd_delete, "compact": _cmd_compact}
     try:
-        return commands[args.command](args)
-    except (HybridRetError, FileNotFoundError, FileExistsError) as exc:
-        print(f"hybridret: error: {exc}", file=sys.stderr)
+        _check_text_args(args)
+        code = commands[args.command](args)
+        sys.stdout.flush()  # here, so that a closed pipe is seen now and not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_gone()
+    except (HybridRetError, OSError, UnicodeError) as exc:
+        if args.debug:
+            raise
+        _stderr(f"hybridret: error: {_error_line(exc)}")
         return 1
     except KeyboardInterrupt:
-        print("hybridret: interrupted", file=sys.stderr)
+        _stderr("hybridret: interrupted")
         return 130
+    except Exception:
+        if not args.debug:
+            _stderr("hybridret: internal error, please report it with the traceback below:")
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

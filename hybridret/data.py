@@ -12,27 +12,45 @@ Supported inputs (any file may be gzip-compressed; compression is detected by a 
 Every reader streams line by line and reports malformed input as
 :class:`~hybridret.errors.CorpusFormatError` carrying the file, the 1-based line number and the
 field at fault.
+
+Streams: every reader also accepts ``"-"`` for standard input, and named pipes or other
+non-regular files (``/dev/stdin``). Such inputs can be read only once. Gzip data is recognised by
+a ``.gz`` suffix or, for any input, by its magic bytes, so a compressed stream needs no suffix.
+
+Limits: a line may hold at most :data:`MAX_LINE_BYTES` bytes (64 MiB; the ``max_line_bytes``
+argument of each reader overrides it). A longer line, a truncated or corrupt gzip member, invalid
+UTF-8, or a string with a lone UTF-16 surrogate (``"\\ud800"`` in JSON) is a
+:class:`~hybridret.errors.CorpusFormatError` naming the file and line, never a crash or unbounded
+memory use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import itertools
 import json
 import logging
 import os
+import re
+import stat
+import sys
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import IO, Any, TypeVar, Union
 
 from hybridret.errors import ConfigError, CorpusFormatError
 
 __all__ = [
+    "MAX_LINE_BYTES",
+    "STDIN",
     "CorpusReader",
     "Document",
     "detect_corpus_format",
+    "is_stream",
     "iter_batches",
     "iter_corpus",
     "load_beir",
@@ -44,6 +62,15 @@ logger = logging.getLogger(__name__)
 
 PathLike = Union[str, "os.PathLike[str]"]
 T = TypeVar("T")
+
+#: Longest accepted input line in bytes (line ending included). Longer lines raise
+#: :class:`CorpusFormatError` instead of growing memory without bound (``/dev/zero`` has no newline).
+MAX_LINE_BYTES = 64 * 1024 * 1024
+#: The path that means standard input.
+STDIN = "-"
+_GZIP_MAGIC = b"\x1f\x8b"
+_ASCII_INT = re.compile(r"[+-]?[0-9]{1,18}")
+_GRADE_RANGE = (-(2**31), 2**31 - 1)  # what trec_eval / pytrec_eval store grades in
 
 CORPUS_FORMATS = ("jsonl", "beir", "tsv")
 _ON_EMPTY = ("skip", "error")
@@ -79,33 +106,90 @@ def _strip_gz(path: Path) -> str:
     return name[:-3] if name.endswith(".gz") else name
 
 
-def _iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+def is_stream(path: PathLike) -> bool:
+    """True for ``"-"`` (standard input) and for existing paths that are not regular files or
+    directories (named pipes, ``/dev/stdin``, character devices): inputs that can be read only once
+    and whose size is unknown."""
+    if str(path) == STDIN:
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _display(path: Path) -> str:
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
+@contextlib.contextmanager
+def _open_binary(path: Path) -> Iterator[IO[bytes]]:
+    """``path`` opened for binary reading, decompressed when it is gzip (by suffix or magic bytes)."""
+    if str(path) == STDIN:
+        raw: IO[bytes] = sys.stdin.buffer
+        owned = contextlib.nullcontext(raw)
+    else:
+        raw = open(path, "rb")
+        owned = raw  # type: ignore[assignment]
+    with owned:
+        if not isinstance(raw, io.BufferedReader):
+            raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+        gz = path.name.lower().endswith(".gz") or raw.peek(2)[:2] == _GZIP_MAGIC
+        if gz:
+            with gzip.GzipFile(fileobj=raw, mode="rb") as fh:
+                yield fh  # type: ignore[misc]
+        else:
+            yield raw
+
+
+def _iter_lines(path: Path, *, max_line_bytes: int | None = None) -> Iterator[tuple[int, str]]:
     """Yield ``(line_number, text)`` for each line of ``path`` (1-based, line ending removed).
 
-    Gzip is used when the name ends in ``.gz``. Invalid UTF-8 and corrupt gzip data raise
-    :class:`CorpusFormatError` naming the line. A UTF-8 byte-order mark on line 1 is dropped.
+    ``path`` may be ``"-"`` (standard input) or a pipe. Gzip is used for a ``.gz`` name or gzip
+    magic bytes. Lines longer than ``max_line_bytes`` (default :data:`MAX_LINE_BYTES`), invalid
+    UTF-8 and truncated or corrupt gzip data raise :class:`CorpusFormatError` naming the file and
+    line; memory stays bounded by one line. A UTF-8 byte-order mark on line 1 is dropped. One
+    ``\\n`` and a ``\\r`` before it end a line (LF or CRLF files).
     """
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    limit = MAX_LINE_BYTES if max_line_bytes is None else int(max_line_bytes)
+    if limit < 1:
+        raise ConfigError(f"max_line_bytes must be positive, got {max_line_bytes!r}")
+    name = _display(path)
     lineno = 0
     try:
-        with opener(path, "rb") as fh:
-            for lineno, raw in enumerate(fh, start=1):
+        with _open_binary(path) as fh:
+            while True:
+                raw = fh.readline(limit + 1)
+                if not raw:
+                    break
+                lineno += 1
+                if len(raw) > limit and not raw.endswith(b"\n"):
+                    raise CorpusFormatError(
+                        f"line is longer than the maximum of {limit} bytes "
+                        "(hybridret.data.MAX_LINE_BYTES; is this a text file?)", path=name, line=lineno,
+                    )
+                if raw.endswith(b"\n"):
+                    raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
                 try:
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise CorpusFormatError(
-                        f"invalid UTF-8 at byte {exc.start} of the line", path=str(path), line=lineno
+                        f"invalid UTF-8 at byte {exc.start} of the line", path=name, line=lineno
                     ) from None
                 if lineno == 1 and text.startswith("\ufeff"):
                     text = text[1:]
-                yield lineno, text.rstrip("\r\n")
+                yield lineno, text
     except (gzip.BadGzipFile, EOFError, zlib.error) as exc:
+        what = "truncated" if isinstance(exc, EOFError) else "corrupt"
         raise CorpusFormatError(
-            f"corrupt gzip data ({exc})", path=str(path), line=lineno + 1
+            f"{what} gzip data ({exc}) after {lineno} complete lines", path=name, line=lineno + 1
         ) from None
 
 
 def _require_file(path: PathLike, what: str) -> Path:
+    if str(path) == STDIN:
+        return Path(STDIN)
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{what} not found: {p}")
@@ -114,17 +198,30 @@ def _require_file(path: PathLike, what: str) -> Path:
     return p
 
 
+def _check_encodable(value: str, field: str, path: Path, line: int) -> str:
+    """Refuse strings that cannot be written as UTF-8 (lone surrogates from ``\\ud800`` escapes)."""
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise CorpusFormatError(
+                f"field {field!r} holds a lone UTF-16 surrogate {value[exc.start]!r} at character {exc.start} "
+                "(not valid Unicode text)", path=_display(path), line=line, field=field,
+            ) from None
+    return value
+
+
 def _coerce_id(value: Any, field: str, path: Path, line: int) -> str:
     # bool is an int subclass but never a sensible id.
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise CorpusFormatError(
             f"field {field!r} must be a string or integer, got {type(value).__name__}",
-            path=str(path), line=line, field=field,
+            path=_display(path), line=line, field=field,
         )
     out = str(value)
     if not out.strip():
-        raise CorpusFormatError(f"field {field!r} is empty", path=str(path), line=line, field=field)
-    return out
+        raise CorpusFormatError(f"field {field!r} is empty", path=_display(path), line=line, field=field)
+    return _check_encodable(out, field, path, line)
 
 
 def _parse_json_object(text: str, path: Path, line: int) -> dict[str, Any]:
@@ -132,12 +229,16 @@ def _parse_json_object(text: str, path: Path, line: int) -> dict[str, Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CorpusFormatError(
-            f"invalid JSON ({exc.msg} at column {exc.colno})", path=str(path), line=line
+            f"invalid JSON ({exc.msg} at column {exc.colno})", path=_display(path), line=line
         ) from None
+    except ValueError as exc:  # e.g. an integer with more digits than int() accepts
+        raise CorpusFormatError(f"invalid JSON ({exc})", path=_display(path), line=line) from None
+    except RecursionError:
+        raise CorpusFormatError("invalid JSON (nested too deeply)", path=_display(path), line=line) from None
     if not isinstance(obj, dict):
         raise CorpusFormatError(
             f"expected a JSON object per line (JSON Lines), got {type(obj).__name__}",
-            path=str(path), line=line,
+            path=_display(path), line=line,
         )
     return obj
 
@@ -146,7 +247,7 @@ def _json_id(obj: dict[str, Any], path: Path, line: int) -> str:
     for key in ("_id", "id"):
         if obj.get(key) is not None:
             return _coerce_id(obj[key], key, path, line)
-    raise CorpusFormatError("missing id (expected '_id' or 'id')", path=str(path), line=line, field="_id")
+    raise CorpusFormatError("missing id (expected '_id' or 'id')", path=_display(path), line=line, field="_id")
 
 
 def _json_str(obj: dict[str, Any], keys: tuple[str, ...], path: Path, line: int,
@@ -160,12 +261,12 @@ def _json_str(obj: dict[str, Any], keys: tuple[str, ...], path: Path, line: int,
             if not isinstance(value, str):
                 raise CorpusFormatError(
                     f"field {key!r} must be a string, got {type(value).__name__}",
-                    path=str(path), line=line, field=key,
+                    path=_display(path), line=line, field=key,
                 )
-            return value
+            return _check_encodable(value, key, path, line)
     if required:
         alts = " or ".join(repr(k) for k in keys)
-        raise CorpusFormatError(f"missing field {alts}", path=str(path), line=line, field=keys[0])
+        raise CorpusFormatError(f"missing field {alts}", path=_display(path), line=line, field=keys[0])
     return ""
 
 
@@ -197,7 +298,7 @@ def _json_metadata(obj: dict[str, Any], path: Path, line: int) -> dict[str, Any]
 def _duplicate(kind: str, id_: str, first: int, path: Path, line: int, field: str) -> CorpusFormatError:
     return CorpusFormatError(
         f"duplicate {kind} id {id_!r} on lines {first} and {line}",
-        path=str(path), line=line, field=field,
+        path=_display(path), line=line, field=field,
     )
 
 
@@ -243,18 +344,28 @@ def _beir_corpus_file(folder: Path) -> Path | None:
     return None
 
 
+def _sniff_format(text: str) -> str:
+    """Format of a stream without a telling name, from its first non-blank line."""
+    return "jsonl" if text.lstrip().startswith("{") else "tsv"
+
+
 class CorpusReader:
     """A re-iterable stream of :class:`Document` from a corpus file or BEIR folder.
 
     Args:
-        path: a ``.jsonl``/``.json``/``.tsv`` file (optionally ``.gz``) or a BEIR folder.
+        path: a ``.jsonl``/``.json``/``.tsv`` file (optionally ``.gz``), a BEIR folder, or a stream:
+            ``"-"`` for standard input, a named pipe, ``/dev/stdin``. A stream can be iterated only
+            once; when its name does not tell the format (and ``format`` is ``None``), the first
+            non-blank line does: JSON Lines if it starts with ``{``, else TSV.
         format: ``"jsonl"``, ``"beir"`` or ``"tsv"``; detected from ``path`` when ``None``.
         on_empty: what to do with documents whose title and text are both blank: ``"skip"``
             (count them and log one warning at the end of the pass) or ``"error"``.
+        max_line_bytes: longest accepted line (default :data:`MAX_LINE_BYTES`).
 
     Attributes (updated by each pass; final once a pass has been fully consumed):
         path: the path as given.
-        format: the resolved format.
+        format: the resolved format (``None`` for a stream until its first line has been read).
+        stream: whether ``path`` is a stream (read once; its size is unknown).
         file: the data file actually read (``corpus.jsonl`` inside a BEIR folder).
         n_read: documents yielded so far in the current/last pass.
         skipped_empty: empty documents skipped so far in the current/last pass.
@@ -264,21 +375,41 @@ class CorpusReader:
 
     Raises (at construction):
         FileNotFoundError: ``path`` does not exist.
-        ConfigError: ``format`` or ``on_empty`` is not a recognised value.
+        ConfigError: ``format``, ``on_empty`` or ``max_line_bytes`` is not a recognised value.
         CorpusFormatError: the format cannot be detected or does not fit ``path``.
+    Raises (while iterating): :class:`CorpusFormatError` for malformed input (see the module
+    docstring), ``OSError`` when the input cannot be read, :class:`ConfigError` when a stream
+    is iterated a second time.
     """
 
-    def __init__(self, path: PathLike, format: str | None = None, on_empty: str = "skip") -> None:
+    def __init__(self, path: PathLike, format: str | None = None, on_empty: str = "skip", *,
+                 max_line_bytes: int | None = None) -> None:
         if on_empty not in _ON_EMPTY:
             raise ConfigError(f"on_empty must be one of {_ON_EMPTY}, got {on_empty!r}")
         if format is not None and format not in CORPUS_FORMATS:
             raise ConfigError(f"format must be one of {CORPUS_FORMATS} or None, got {format!r}")
+        if max_line_bytes is not None and (isinstance(max_line_bytes, bool) or not isinstance(max_line_bytes, int)
+                                           or max_line_bytes < 1):
+            raise ConfigError(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
+        self.max_line_bytes = max_line_bytes
         self.path = Path(path)
-        if not self.path.exists():
+        self.stream = is_stream(path)
+        self._consumed = False
+        if not self.stream and not self.path.exists():
             raise FileNotFoundError(f"corpus not found: {self.path}")
-        self.format = format if format is not None else detect_corpus_format(self.path)
+        if format is None and self.stream:
+            name = _strip_gz(self.path)
+            # None: decided by the first line
+            format = "jsonl" if name.endswith((".jsonl", ".json")) else "tsv" if name.endswith(".tsv") else None
+        elif format is None:
+            format = detect_corpus_format(self.path)
+        self.format: str | None = format
         self.on_empty = on_empty
-        if self.format == "beir":
+        if self.stream:
+            if self.format == "beir":
+                raise CorpusFormatError("format 'beir' needs a directory, got a stream", path=_display(self.path))
+            self.file = self.path
+        elif self.format == "beir":
             if not self.path.is_dir():
                 raise CorpusFormatError("format 'beir' needs a directory", path=str(self.path))
             found = _beir_corpus_file(self.path)
@@ -300,16 +431,29 @@ class CorpusReader:
         return f"CorpusReader({str(self.path)!r}, format={self.format!r}, on_empty={self.on_empty!r})"
 
     def __iter__(self) -> Iterator[Document]:
+        if self.stream:
+            if self._consumed:
+                raise ConfigError(f"{_display(self.path)} is a stream (pipe or standard input) and can be read only "
+                                  "once; write it to a file to read it again")
+            self._consumed = True
+        return self._iter_docs()
+
+    def _iter_docs(self) -> Iterator[Document]:
         self.n_read = 0
         self.skipped_empty = 0
-        parse = self._parse_tsv if self.format == "tsv" else self._parse_jsonl
         seen: dict[str, int] = {}
         first_empty: int | None = None
         path = self.file
-        for lineno, text in _iter_lines(path):
+        name = _display(path)
+        first = True  # the first non-blank line, where a TSV header may be
+        for lineno, text in _iter_lines(path, max_line_bytes=self.max_line_bytes):
             if not text.strip():
                 continue
-            doc = parse(text, lineno)
+            if self.format is None:
+                self.format = _sniff_format(text)
+                logger.info("reading %s as %s (from its first line; pass format= to choose)", name, self.format)
+            doc = self._parse_tsv(text, lineno, first) if self.format == "tsv" else self._parse_jsonl(text, lineno)
+            first = False
             if doc is None:  # header line
                 continue
             prev = seen.get(doc.id)
@@ -319,7 +463,7 @@ class CorpusReader:
             if not doc.title.strip() and not doc.text.strip():
                 if self.on_empty == "error":
                     raise CorpusFormatError(
-                        f"document {doc.id!r} has empty title and text", path=str(path),
+                        f"document {doc.id!r} has empty title and text", path=name,
                         line=lineno, field="text",
                     )
                 self.skipped_empty += 1
@@ -331,9 +475,9 @@ class CorpusReader:
         if self.skipped_empty:
             logger.warning(
                 "skipped %d empty documents in %s (first at line %d)",
-                self.skipped_empty, path, first_empty,
+                self.skipped_empty, name, first_empty,
             )
-        logger.debug("read %d documents from %s", self.n_read, path)
+        logger.debug("read %d documents from %s", self.n_read, name)
 
     def _parse_jsonl(self, text: str, lineno: int) -> Document:
         obj = _parse_json_object(text, self.file, lineno)
@@ -342,52 +486,62 @@ class CorpusReader:
         title = _json_str(obj, ("title",), self.file, lineno, required=False)
         return Document(id=doc_id, text=body, title=title, metadata=_json_metadata(obj, self.file, lineno))
 
-    def _parse_tsv(self, text: str, lineno: int) -> Document | None:
+    def _parse_tsv(self, text: str, lineno: int, first: bool = False) -> Document | None:
         cols = text.split("\t")
         if len(cols) not in (2, 3):
             raise CorpusFormatError(
                 f"expected 2 columns (id, text) or 3 columns (id, title, text), got {len(cols)}",
-                path=str(self.file), line=lineno,
+                path=_display(self.file), line=lineno,
             )
         doc_id = cols[0].strip()
-        if lineno == 1 and doc_id.lower() in _DOC_HEADER_IDS:
+        if first and doc_id.lower() in _DOC_HEADER_IDS:
             return None
         if not doc_id:
-            raise CorpusFormatError("empty id", path=str(self.file), line=lineno, field="id")
+            raise CorpusFormatError("empty id", path=_display(self.file), line=lineno, field="id")
         if len(cols) == 2:
             return Document(id=doc_id, text=cols[1])
         return Document(id=doc_id, text=cols[2], title=cols[1])
 
 
 def iter_corpus(path: PathLike, format: str | None = None, *,
-                on_empty: str = "skip") -> Iterator[Document]:
+                on_empty: str = "skip", max_line_bytes: int | None = None) -> Iterator[Document]:
     """Stream the documents of a corpus; see :class:`CorpusReader` for formats and errors.
 
     Use :class:`CorpusReader` directly to read ``skipped_empty`` / ``n_read`` afterwards.
     """
-    return iter(CorpusReader(path, format=format, on_empty=on_empty))
+    return iter(CorpusReader(path, format=format, on_empty=on_empty, max_line_bytes=max_line_bytes))
 
 
 # --------------------------------------------------------------------------- queries and qrels
 
 
-def load_queries(path: PathLike) -> dict[str, str]:
+def load_queries(path: PathLike, *, max_line_bytes: int | None = None) -> dict[str, str]:
     """Load queries as ``{qid: text}`` from BEIR ``queries.jsonl`` or a ``qid<TAB>text`` TSV.
 
-    JSON Lines is used for ``.jsonl``/``.json`` names (optionally ``.gz``), TSV otherwise. A TSV
-    first line whose first column is a header name such as ``qid`` or ``query-id`` is skipped.
+    JSON Lines is used for ``.jsonl``/``.json`` names (optionally ``.gz``), TSV otherwise; for
+    ``"-"`` (standard input) or a pipe without such a name, JSON Lines if the first non-blank line
+    starts with ``{``. A TSV first non-blank line whose first column is a header name such as ``qid`` or
+    ``query-id`` is skipped.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         CorpusFormatError: malformed line, duplicate id, or empty query text.
     """
     p = _require_file(path, "queries")
-    is_json = _strip_gz(p).endswith((".jsonl", ".json"))
+    name = _display(p)
+    stripped = _strip_gz(p)
+    is_json: bool | None = stripped.endswith((".jsonl", ".json"))
+    if not is_json and is_stream(path) and not stripped.endswith(".tsv"):
+        is_json = None  # decided by the first line
     queries: dict[str, str] = {}
     lines: dict[str, int] = {}
-    for lineno, text in _iter_lines(p):
+    first = True  # the first non-blank line, where a TSV header may be
+    for lineno, text in _iter_lines(p, max_line_bytes=max_line_bytes):
         if not text.strip():
             continue
+        was_first, first = first, False
+        if is_json is None:
+            is_json = _sniff_format(text) == "jsonl"
         if is_json:
             obj = _parse_json_object(text, p, lineno)
             qid = _json_id(obj, p, lineno)
@@ -398,33 +552,33 @@ def load_queries(path: PathLike) -> dict[str, str]:
             if len(cols) != 2:
                 raise CorpusFormatError(
                     f"expected 2 tab-separated columns (qid, text), got {len(cols)}",
-                    path=str(p), line=lineno,
+                    path=name, line=lineno,
                 )
             qid, qtext = cols[0].strip(), cols[1]
-            if lineno == 1 and qid.lower() in _QUERY_HEADER_IDS:
+            if was_first and qid.lower() in _QUERY_HEADER_IDS:
                 continue
             if not qid:
-                raise CorpusFormatError("empty query id", path=str(p), line=lineno, field="qid")
+                raise CorpusFormatError("empty query id", path=name, line=lineno, field="qid")
             field = "text"
         if not qtext.strip():
-            raise CorpusFormatError(f"query {qid!r} has empty text", path=str(p), line=lineno,
+            raise CorpusFormatError(f"query {qid!r} has empty text", path=name, line=lineno,
                                     field=field)
         if qid in lines:
             raise _duplicate("query", qid, lines[qid], p, lineno, "id")
         lines[qid] = lineno
         queries[qid] = qtext
-    logger.debug("read %d queries from %s", len(queries), p)
+    logger.debug("read %d queries from %s", len(queries), name)
     return queries
 
 
 def _parse_int(value: str) -> int | None:
-    try:
-        return int(value)
-    except ValueError:
+    """An optionally signed run of ASCII digits (not ``int()``'s underscores or other scripts' digits)."""
+    if not _ASCII_INT.fullmatch(value):
         return None
+    return int(value)
 
 
-def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
+def load_qrels(path: PathLike, *, max_line_bytes: int | None = None) -> dict[str, dict[str, int]]:
     """Load relevance judgments as ``{qid: {docid: grade}}``.
 
     Accepts lines with either 3 columns (BEIR: ``query-id corpus-id score``) or 4 columns (TREC:
@@ -432,47 +586,58 @@ def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
     on tabs only, so ids may contain spaces (BEIR's LIMIT uses people's names); other lines are
     split on any whitespace (TREC qrels). The column count
     must be the same on every line. A first line whose last column is not an integer is taken as
-    a header and skipped. Grades are kept as given, including 0 and negatives. An exact repeated
-    judgment is ignored (with one warning); a conflicting repeat is an error.
+    a header and skipped. Grades are kept as given, including 0 and negatives; they must be
+    ASCII integers in the 32-bit range trec_eval uses. An exact repeated judgment is ignored (with
+    one warning); a conflicting repeat is an error. ``"-"`` reads standard input.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        CorpusFormatError: wrong column count, non-integer grade, or conflicting duplicate.
+        CorpusFormatError: wrong column count, empty id, non-integer or out-of-range grade, or
+            conflicting duplicate.
     """
     p = _require_file(path, "qrels")
+    name = _display(p)
     qrels: dict[str, dict[str, int]] = {}
     where: dict[tuple[str, str], int] = {}
     ncols: int | None = None
     first_data = True
     repeated = 0
-    for lineno, text in _iter_lines(p):
+    for lineno, text in _iter_lines(p, max_line_bytes=max_line_bytes):
         cols = [c.strip() for c in text.split("\t")] if "\t" in text else text.split()
         if not cols or not any(cols):
             continue
         if first_data:
             first_data = False
             if _parse_int(cols[-1]) is None:
-                logger.debug("treating line %d of %s as a header: %r", lineno, p, text)
+                logger.debug("treating line %d of %s as a header: %r", lineno, name, text)
                 continue
         if len(cols) not in (3, 4):
             raise CorpusFormatError(
                 f"expected 3 columns (query-id corpus-id score) or 4 columns "
                 f"(qid iteration docid grade), got {len(cols)}",
-                path=str(p), line=lineno,
+                path=name, line=lineno,
             )
         if ncols is None:
             ncols = len(cols)
         elif len(cols) != ncols:
             raise CorpusFormatError(
                 f"expected {ncols} columns like the earlier lines, got {len(cols)}",
-                path=str(p), line=lineno,
+                path=name, line=lineno,
             )
         qid, docid = cols[0], cols[1] if ncols == 3 else cols[2]
+        for value, field in ((qid, "query-id"), (docid, "corpus-id")):
+            if not value:
+                raise CorpusFormatError(f"empty {field}", path=name, line=lineno, field=field)
         grade = _parse_int(cols[-1])
         if grade is None:
             raise CorpusFormatError(
                 f"relevance grade must be an integer, got {cols[-1]!r}",
-                path=str(p), line=lineno, field="score",
+                path=name, line=lineno, field="score",
+            )
+        if not _GRADE_RANGE[0] <= grade <= _GRADE_RANGE[1]:
+            raise CorpusFormatError(
+                f"relevance grade {grade} is outside the 32-bit range trec_eval accepts",
+                path=name, line=lineno, field="score",
             )
         key = (qid, docid)
         docs = qrels.setdefault(qid, {})
@@ -481,15 +646,15 @@ def load_qrels(path: PathLike) -> dict[str, dict[str, int]]:
                 raise CorpusFormatError(
                     f"conflicting grades for query {qid!r}, document {docid!r}: "
                     f"{docs[docid]} on line {where[key]} and {grade} on line {lineno}",
-                    path=str(p), line=lineno, field="score",
+                    path=name, line=lineno, field="score",
                 )
             repeated += 1
             continue
         docs[docid] = grade
         where[key] = lineno
     if repeated:
-        logger.warning("ignored %d repeated judgments in %s", repeated, p)
-    logger.debug("read %d judgments for %d queries from %s", len(where), len(qrels), p)
+        logger.warning("ignored %d repeated judgments in %s", repeated, name)
+    logger.debug("read %d judgments for %d queries from %s", len(where), len(qrels), name)
     return qrels
 
 
