@@ -55,3 +55,8 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(x.ljust(w) for x, w in zip(r, widths)) + " |" for r in cells]
     return "\n".join([line, sep, *body])
+
+
+def encode_queries(r: Any, texts: list[str], dense: bool = True, sparse: bool = True) -> Any:
+    """The queries of ``texts`` as a :class:`hybridret.retrievers.QueryBatch` (``.dense``, ``.sparse``)."""
+    return r.encode_queries(texts, {n for n, on in (("dense", dense), ("sparse", sparse)) if on})

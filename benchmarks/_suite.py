@@ -23,11 +23,12 @@ from typing import Any
 import numpy as np
 import peers
 import pyserini_peer
-from _common import RESULTS
+from _common import RESULTS, encode_queries
 
 from hybridret import Document, HybridRetriever
 from hybridret.eval import evaluate, run_from_rows
 from hybridret.hybrid import fuse, gather_candidates
+from hybridret.retrievers import vectors_of
 
 logger = logging.getLogger("bench")
 METRICS = ("ndcg@10", "mrr@10", "recall@2", "recall@100", "recall@1000")
@@ -99,8 +100,7 @@ def build_or_load(coll: Collection, index_dir: Path, batch_size: int = 32, rebui
             _, build = _timed_build(sample, Path(tmp), settings, batch_size)
         build["note"] = f"fresh build of the first {len(sample):,} documents, encoding included"
     r = HybridRetriever.load(index_dir)
-    gen = r._generation
-    assert gen is not None
+    gen = r.searcher.snapshot.segments[0].root
     build["bytes_on_disk"] = {"dense": _dir_bytes(gen / "dense"), "sparse+bm25": _dir_bytes(gen / "sparse"),
                               "docstore": sum(f.stat().st_size for f in gen.iterdir() if f.is_file())}
     return r, build
@@ -127,9 +127,11 @@ def run_topics(r: HybridRetriever, t: Topics, depth: int, peer_state: dict[str, 
     ids = r.docs.ids
     k = min(depth, r.num_docs)
     out: dict[str, Any] = {"queries": len(qids), "rows": []}
-    r._encode_queries(texts[:2], True, True)  # loads the models: not part of the rate
+    encode_queries(r, texts[:2])  # loads the models: not part of the rate
     t0 = time.perf_counter()
-    qd, qs = r._encode_queries(texts, True, True)
+    q = encode_queries(r, texts)
+    qd, qs = q.dense, q.sparse
+    snap = r.searcher.snapshot
     out["query_encoding_qps"] = len(texts) / (time.perf_counter() - t0)
     n = len(texts)
     ours: dict[str, tuple[float | None, float | None]] = {}
@@ -154,9 +156,8 @@ def run_topics(r: HybridRetriever, t: Topics, depth: int, peer_state: dict[str, 
             cfg = r.fusion_config(m)
 
             def fused() -> Any:
-                c = gather_candidates(cfg.union_retrievers, cfg.depth, texts=texts, qd=qd, qs=qs, dense=r.dense,
-                                      sparse=r.sparse)
-                return fuse(cfg, c, 10, qd=qd, dense=r.dense)
+                c = gather_candidates(cfg.union_retrievers, cfg.depth, snap, q)
+                return fuse(cfg, c, 10, snap, q)
             q1, qa = None, peers.rate(fused, n)
         e2e = peers.rate(lambda: r.search(texts, k=10, method=m), n, rounds=1)  # noqa: B023
         ours[m] = (q1, qa)
@@ -222,14 +223,14 @@ def run_topics(r: HybridRetriever, t: Topics, depth: int, peer_state: dict[str, 
         out["dense_query_encoding"] = {"hybridret_qps": ours_qps, "sentence_transformers_qps": st_qps,
                                        "ratio": ours_qps / st_qps}
     # ---- fusion peers (ranx) on the same dense + sparse top-100 runs
-    c = gather_candidates(("dense", "sparse"), 100, texts=texts, qd=qd, qs=qs, dense=r.dense, sparse=r.sparse)
+    c = gather_candidates(("dense", "sparse"), 100, snap, q)
     top = {name: {q: dict(sorted(d.items(), key=lambda kv: -kv[1])[:100]) for q, d in run.items()} for name, run in runs.items()
            if name in ("dense", "sparse")}
     for method, ours_m in (("rrf", "rrf"), ("minmax", "linear")) if _has("ranx") else ():
         fused = peers.ranx_fuse(top, method)
         qf = peers.rate(lambda: peers.ranx_fuse(top, method), n, rounds=1)  # noqa: B023
         cfg = r.fusion_config(ours_m).with_(retrievers=("dense", "sparse"))
-        our_fuse = peers.rate(lambda: fuse(cfg, c, 10, qd=qd, dense=r.dense), n)  # noqa: B023
+        our_fuse = peers.rate(lambda: fuse(cfg, c, 10, snap, q), n)  # noqa: B023
         label = "RRF (dense, sparse)" if method == "rrf" else "min-max linear (dense, sparse), top-100 lists"
         out["rows"].append(_row(f"ranx {_version('ranx')}", label, _quality(fused, t), None, qf, (None, our_fuse),
                                 notes="fusion step only; hybridret's fuse() on the same candidates"))
@@ -249,7 +250,7 @@ def prepare_peers(r: HybridRetriever, coll: Collection, use_peers: bool, workdir
     """Build every peer's index once per collection; returns their state and build measurements."""
     state: dict[str, Any] = {"workdir": workdir}
     builds: dict[str, Any] = {}
-    vectors = np.asarray(r.dense.vectors_of(np.arange(r.num_docs)[None, :])[0])
+    vectors = np.asarray(vectors_of(r.searcher.snapshot, np.arange(r.num_docs)[None, :])[0])
     if not use_peers:
         return {"state": state, "builds": builds}
     state["faiss"] = peers.FaissFlat(vectors)

@@ -17,11 +17,12 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, SHARED, Timer, machine, table, write_json  # noqa: E402
+from _common import RESULTS, ROOT, SHARED, Timer, encode_queries, machine, table, write_json  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_hits  # noqa: E402
 from hybridret.hybrid import fused_search  # noqa: E402
+from hybridret.index.sparse import SparseSearchStats  # noqa: E402
 
 METHODS = ("dense", "sparse", "bm25", "linear", "rrf", "hybrid")
 
@@ -79,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     retriever.search(texts[:2], k=10)  # warm up (loads the encoders)
 
     with Timer() as t:
-        qd, qs = retriever._encode_queries(texts, True, True)
+        q = encode_queries(retriever, texts)
+    qd, qs = q.dense, q.sparse
+    snap = retriever.searcher.snapshot
     enc_qps = len(texts) / t.seconds
     rows = []
     for method in METHODS:
@@ -96,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif method == "bm25":
                     retriever.sparse.search_bm25(texts, 10, threads=threads)
                 else:  # fused methods: candidate gathering, exact scoring and fusion, queries pre-encoded
-                    fused_search(retriever.fusion_config(method), 10, texts=texts, qd=qd, qs=qs,
-                                 dense=retriever.dense, sparse=retriever.sparse)
+                    fused_search(retriever.fusion_config(method), 10, snap, q)
             if threads == 1 and method in ("linear", "rrf", "hybrid", "dense"):
                 continue  # no single-thread switch for FAISS or the fused path
             only["1 thread" if threads == 1 else "all threads"] = len(texts) / min(_time(run_index) for _ in range(args.repeat))
@@ -107,7 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
     result["query_encoding_qps"] = enc_qps
     result["methods"] = rows
-    result["sparse_depth_mean"] = float(sum(retriever.sparse.last_stats.fetched) / max(1, len(qids)))
+    stats = SparseSearchStats()  # tantivy depth the exact sparse top-10 needed, per query
+    retriever.sparse.search(qs, 10, stats=stats)
+    result["sparse_depth_mean"] = float(sum(stats.fetched) / max(1, len(qids)))
     cols = ["method", "ndcg@10", "mrr@10", "recall@100", "q/s end-to-end", "q/s index, 1 thread", "q/s index, all threads"]
     print(f"\n{name}: {len(qids)} queries, {retriever.num_docs} docs; query encoding {enc_qps:.0f} q/s (dense + sparse)")
     print(table(rows, cols))

@@ -20,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, SHARED, machine, table, write_json  # noqa: E402
+from _common import RESULTS, ROOT, SHARED, encode_queries, machine, table, write_json  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import per_query, run_from_rows  # noqa: E402
 from hybridret.hybrid import FusionConfig, fuse, gather_candidates  # noqa: E402
 from hybridret.refine import GQRConfig, gqr_refine  # noqa: E402
+from hybridret.retrievers import vectors_of  # noqa: E402
 from hybridret.tune import default_grid  # noqa: E402
 
 FIXED = {
@@ -63,11 +64,12 @@ def main(argv: list[str] | None = None) -> int:
         qids = [q for q in queries if qrels.get(q)]
         texts = [queries[q] for q in qids]
         level = 2 if "msmarco" in folder.name else 1
-        qd, qs = r._encode_queries(texts, True, True)
+        q = encode_queries(r, texts)
+        qd, snap = q.dense, r.searcher.snapshot
         cands = {}
         t0 = time.perf_counter()
         for names in (("dense", "sparse"), ("dense", "sparse", "bm25")):
-            cands[names] = gather_candidates(names, args.depth, texts=texts, qd=qd, qs=qs, dense=r.dense, sparse=r.sparse)
+            cands[names] = gather_candidates(names, args.depth, snap, q)
         gather_s = time.perf_counter() - t0
 
         def score(rows: np.ndarray) -> dict[str, dict[str, float]]:
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, cfg in FIXED.items():
             c = cand_for(cfg)
             t0 = time.perf_counter()
-            out, _, _ = fuse(cfg, c, 100, qd=qd, dense=r.dense)
+            out, _, _ = fuse(cfg, c, 100, snap, q)
             latency[label] = (time.perf_counter() - t0) / len(qids) * 1e3
             rows[label] = score(out)
         # 2-fold tuning: pick on one half, score on the other
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         grid = default_grid(True, args.depth)
         grid_scores = []
         for cfg in grid:
-            out, _, _ = fuse(cfg, cand_for(cfg), 100, qd=qd, dense=r.dense)
+            out, _, _ = fuse(cfg, cand_for(cfg), 100, snap, q)
             grid_scores.append(score(out))
         for label, methods in (("linear, tuned (2-fold)", ("linear",)), ("RRF, tuned (2-fold)", ("rrf",)),
                                ("GQR, tuned (2-fold)", ("gqr",)), ("any fusion, tuned (2-fold)", ("linear", "rrf", "gqr"))):
@@ -112,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         costs[folder.name] = {"fusion_ms_per_query": latency, "candidate_gather_ms_per_query": gather_s / len(qids) * 1e3}
         # GQR step cost alone, batched, at depth 10 and 100 per retriever
         for depth in (10, 100):
-            c = gather_candidates(("dense", "sparse"), depth, texts=texts, qd=qd, qs=qs, dense=r.dense, sparse=r.sparse)
-            docs = r.dense.vectors_of(c.rows)
+            c = gather_candidates(("dense", "sparse"), depth, snap, q)
+            docs = vectors_of(snap, c.rows)
             best_t = min(_t(lambda: gqr_refine(qd, docs, c.valid, c.exact["sparse"], GQRConfig())) for _ in range(3))
             costs[folder.name][f"gqr_step_ms_per_query_depth{depth}"] = best_t / len(qids) * 1e3
             costs[folder.name][f"union_size_depth{depth}"] = float(c.valid.sum(1).mean())

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, SHARED, machine, table, write_json  # noqa: E402
+from _common import RESULTS, ROOT, SHARED, encode_queries, machine, table, write_json  # noqa: E402
 
 from hybridret import HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_rows  # noqa: E402
@@ -44,14 +44,14 @@ def main() -> int:
         queries, qrels = load_queries(folder / "queries.jsonl"), load_qrels(folder / "qrels" / "test.tsv")
         qids = [q for q in queries if qrels.get(q)]
         texts = [queries[q] for q in qids]
-        qd, qs = r._encode_queries(texts, True, True)
+        q = encode_queries(r, texts)
+        snap = r.searcher.snapshot
         level = 2 if "msmarco" in folder.name else 1
         cache = {}
         for label, cfg in settings:
             if cfg.depth not in cache:
-                cache[cfg.depth] = gather_candidates(cfg.union_retrievers, cfg.depth, texts=texts, qd=qd, qs=qs,
-                                                     dense=r.dense, sparse=r.sparse)
-            rows, _, _ = fuse(cfg, cache[cfg.depth], 100, qd=qd, dense=r.dense)
+                cache[cfg.depth] = gather_candidates(cfg.union_retrievers, cfg.depth, snap, q)
+            rows, _, _ = fuse(cfg, cache[cfg.depth], 100, snap, q)
             scores[label].append(evaluate(run_from_rows(rows, r.docs.ids, qids), qrels, ("ndcg@10",),
                                           relevance_level=level)["ndcg@10"])
         print(f"{folder.name}: done", flush=True)

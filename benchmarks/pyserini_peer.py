@@ -254,7 +254,7 @@ def _selfcheck(data: Path, index: Path) -> None:
             return {vocab[t]: q for t, w in zip(row.indices, row.data) if (q := round(float(w) * 100)) > 0}
 
         doc_vecs = [(str(ret.docs.ids[i]), quantise(fwd[i])) for i in range(fwd.shape[0])]
-        qcsr = ret._encode_queries(texts, False, True)[1]
+        qcsr = ret.encode_queries(texts, {"sparse"}).sparse
         q_vecs = [quantise(qcsr[i]) for i in range(qcsr.shape[0])]
         res = impact(doc_vecs, q_vecs, 10, Path(tmp) / "impact", threads=cpus)
         show("pyserini impact", res)

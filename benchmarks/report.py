@@ -2,7 +2,7 @@
 
     python benchmarks/report.py
 
-Reads peers-*.json (beir.py, msmarco.py), scale.json (scale.py), core-*.json (core.py),
+Reads peers-*.json (beir.py, msmarco.py), scale.json (scale.py), living.json (living.py), core-*.json (core.py),
 sparse-exact.json (sparse_exact.py), train-*.json (train_eval.py), gqr-sensitivity.json and
 fusion.json; whatever is missing is skipped. Also draws docs/img/*.png (matplotlib).
 """
@@ -178,6 +178,25 @@ def scale_section(scale: dict, images: list[str]) -> str:
     return "\n".join(parts)
 
 
+def living_section(res: dict) -> str:
+    """The living-index benchmark (living.py): add, many segments vs compacted, filters."""
+    from living import tables as living_tables
+
+    cmd = res.get("command")
+    if cmd is None:  # results written before living.py kept its command line
+        cmd = "python benchmarks/living.py"
+        if res["collection"] != "msmarco-dl19-pool":
+            cmd += f" --data {res['collection']}"
+        elif res["docs"] != 30005:
+            cmd += f" --docs {res['docs']}"
+        if res["add"]["docs_added"] != max(1, round(res["docs"] * 0.01)):
+            cmd += f" --add {res['add']['docs_added']}"
+    return (f"## Living index: add, segments, compaction, filters\n\n`{cmd}`"
+            + f": {res['docs']:,} passages of {res['collection']} ({res['base_docs']:,} built, the last "
+            f"{res['add']['docs_added']} added), {res['queries']} queries, k={res['k']}. Times are wall-clock on this "
+            "machine; ratios come from the same run.\n\n" + living_tables(res) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -221,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"{p['dense_bytes_sqfp16'] / 1e9:.1f} GB.\n")
     if scale:
         parts.append(scale_section(scale, images))
+    living_file = RESULTS / "living.json"
+    if living_file.is_file():
+        parts.append(living_section(json.loads(living_file.read_text())))
     for path in sorted(RESULTS.glob("core-*.json")):
         r = json.loads(path.read_text())
         parts.append(f"## Core engine: {r['collection']}\n")

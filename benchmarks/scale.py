@@ -37,7 +37,7 @@ import faiss  # noqa: E402
 import psutil  # noqa: E402
 
 from hybridret.index.dense import DenseIndex  # noqa: E402
-from hybridret.index.sparse import SparseIndex  # noqa: E402
+from hybridret.index.sparse import SparseIndex, SparseSearchStats  # noqa: E402
 
 DIM, CENTRES, CHUNK, K = 384, 3000, 20_000, 10
 CPUS = os.cpu_count() or 1
@@ -63,14 +63,15 @@ def fit(path: Path, rng: np.random.Generator) -> dict:
     from hybridret.retriever import HybridRetriever
 
     r = HybridRetriever.load(path)
-    if r.manifest["encoder"].get("type") == "paired":  # only the query side of SPLADE is needed
-        r._encoder = encoder_from_config(r.manifest["encoder"]["sparse"])
     F = sp.csr_matrix(r.sparse.forward, copy=True)
     n, V = F.shape
     C = F.tocsc()
     df = np.diff(C.indptr)
     texts = [json.loads(line)["text"] for line in (SHARED / "msmarco-dl19-pool" / "queries.jsonl").open()]
-    _, Q = r._encode_queries(texts, False, True)
+    if r.manifest["encoder"].get("type") == "paired":  # only the query side of SPLADE is needed
+        Q = encoder_from_config(r.manifest["encoder"]["sparse"]).encode_queries(texts).sparse
+    else:
+        Q = r.encode_queries(texts, {"sparse"}).sparse
     real_qdf = float(np.median(df[Q.indices]))
     order = np.sort(df[df > 0])
     best = min(np.linspace(0, 2, 41), key=lambda a: abs(  # weighted median of df under p ~ df**a
@@ -193,9 +194,10 @@ def job_query(kind: str, root: Path, qd: np.ndarray, qs: sp.csr_matrix, params: 
         elif kind == "sparse":
             res = latency(lambda i: ix.search(qs[i], K, threads=1), nq)
             ix.search(qs[:16], K, threads=CPUS)  # warm-up of the batch path
+            st = SparseSearchStats()
             with Timer() as t:
-                rows, scores = ix.search(qs, K, threads=CPUS)
-            res.update(mean_depth=float(np.mean(ix.last_stats.fetched)), brute_fallbacks=ix.last_stats.brute_force,
+                rows, scores = ix.search(qs, K, threads=CPUS, stats=st)
+            res.update(mean_depth=float(np.mean(st.fetched)), brute_fallbacks=st.brute_force,
                        doc_nnz=ix.forward.nnz / ix.num_docs)
         else:
             res = latency(lambda i: topk_scores((qs[i] @ DT).toarray()), nb) | {"queries_timed": nb}

@@ -23,8 +23,9 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, SHARED, Timer, machine, table, write_json  # noqa: E402
 
+from hybridret import HybridRetriever  # noqa: E402
 from hybridret.encoders import SpladeEncoder  # noqa: E402
-from hybridret.index.sparse import SparseIndex  # noqa: E402
+from hybridret.index.sparse import SparseIndex, SparseSearchStats  # noqa: E402
 
 
 def brute_topk(Q: sp.csr_matrix, D: sp.csr_matrix, k: int, batch: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", type=int, default=10)
     ap.add_argument("--max-queries", type=int, default=1000)
     args = ap.parse_args(argv)
-    manifest = json.loads((args.index / "manifest.json").read_text())
-    live = SparseIndex(args.index / manifest["generation"] / "sparse")
+    live = HybridRetriever.load(args.index).sparse  # the index's (one-segment) sparse part
     D = sp.csr_matrix(live.forward, copy=True)
     texts = []
     for folder in sorted(SHARED.iterdir()):
@@ -128,9 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             b.close()
             index = SparseIndex(tmp / "s")
         index.search(Q[:20], k, threads=1)
+        st = SparseSearchStats()
         with Timer() as t:
-            _, s = index.search(Q, k, threads=1)
-        st = index.last_stats
+            _, s = index.search(Q, k, threads=1, stats=st)
         with Timer() as t2:
             index.search(Q, k)
         rows_out.append({

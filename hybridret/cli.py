@@ -132,9 +132,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="ndcg@10", help="metric to maximise (default: ndcg@10)")
     p.add_argument("--dry-run", action="store_true", help="report only; do not store the best setting")
 
-    p = sub.add_parser("info", help="describe an index")
+    p = sub.add_parser("info", help="describe an index (--check: verify every file)")
     p.add_argument("index", metavar="DIR")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--check", action="store_true",
+                   help="verify every file against the checksums written with it, and the values inside "
+                        "(reads the whole index; exit 1 when anything is wrong)")
 
     p = sub.add_parser("demo", help="index the bundled sample corpus and run a few queries")
     p.add_argument("-o", "--output", default="indexes/sample", metavar="DIR", help="default: indexes/sample")
@@ -306,9 +309,11 @@ class _NamingPath:
         return None
 
     def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> bool:
-        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename is None \
-                and exc.errno is not None:
-            raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename is None:
+            if exc.errno is not None:
+                raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
+            # a short write without an errno (numpy's tofile): the disk or a file-size limit is full
+            raise OSError(f"{self.path}: {exc} (while writing the index: disk full or file size limit?)") from exc
         return False
 
 
@@ -410,10 +415,20 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _cmd_info(args: argparse.Namespace) -> int:
     from .retriever import HybridRetriever
 
-    info = HybridRetriever.load(args.index).info()
+    retriever = HybridRetriever.load(args.index)
+    info = retriever.info()
+    if args.check:
+        problems = retriever.check()
+        info["check"] = {"ok": not problems, "problems": problems}
+        if not args.json:
+            for p in problems:
+                print(f"problem: {p}")
+            print(f"check: {'ok' if not problems else f'{len(problems)} problems'} "
+                  f"({len(info.get('segments', []))} segments)")
+            return 1 if problems else 0
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
-        return 0
+        return 1 if args.check and info["check"]["problems"] else 0
     comps = info.get("components", {})
     print(f"index:      {args.index}")
     print(f"documents:  {info.get('num_docs')} (skipped empty: {info.get('skipped_empty', 0)})")
@@ -450,8 +465,9 @@ def _cmd_add(args: argparse.Namespace) -> int:
     reader = CorpusReader(args.corpus, format=args.format)
     retriever = HybridRetriever.load(args.index, device=args.device)
     write = retriever.upsert if args.upsert else retriever.add
-    result = write(reader, batch_size=args.batch_size, total=_count_records(reader.file),
-                   encode_cache=args.encode_cache)
+    with _NamingPath(Path(args.index), retriever):
+        result = write(reader, batch_size=args.batch_size, total=_count_records(reader.file),
+                       encode_cache=args.encode_cache)
     _print_result(result, args, "upserted into" if args.upsert else "added to")
     return 0
 
@@ -472,7 +488,8 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 
     ids = _read_ids(args)
     retriever = HybridRetriever.load(args.index)
-    result = retriever.delete(ids, missing="ignore" if args.ignore_missing else "error")
+    with _NamingPath(Path(args.index), retriever):
+        result = retriever.delete(ids, missing="ignore" if args.ignore_missing else "error")
     if result.missing:
         shown = ", ".join(result.missing[:20]) + (" ..." if len(result.missing) > 20 else "")
         logger.warning("%d ids were not in the index: %s", len(result.missing), shown)
@@ -485,7 +502,8 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
     retriever = HybridRetriever.load(args.index)
     before = len(retriever.searcher.snapshot.segments)
-    result = retriever.compact()
+    with _NamingPath(Path(args.index), retriever):
+        result = retriever.compact()
     _print_result(result, args, f"compacted {before} segments of")
     return 0
 

@@ -625,9 +625,9 @@ def load_qrels(path: PathLike, *, max_line_bytes: int | None = None) -> dict[str
                 path=name, line=lineno,
             )
         qid, docid = cols[0], cols[1] if ncols == 3 else cols[2]
-        for value, field in ((qid, "query-id"), (docid, "corpus-id")):
+        for value, name_ in ((qid, "query-id"), (docid, "corpus-id")):
             if not value:
-                raise CorpusFormatError(f"empty {field}", path=name, line=lineno, field=field)
+                raise CorpusFormatError(f"empty {name_}", path=name, line=lineno, field=name_)
         grade = _parse_int(cols[-1])
         if grade is None:
             raise CorpusFormatError(

@@ -15,6 +15,7 @@ rebuilds and resumed builds. Compaction re-encodes nothing.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -95,6 +96,10 @@ def as_document(item: Any, position: int, *, allow_bare: bool = False) -> Docume
             raise CorpusFormatError(f"{where}: field 'metadata' must be an object, got {type(meta).__name__}",
                                     field="metadata")
         extra = {k: v for k, v in item.items() if k not in _DOC_KEYS}
+        clash = [k for k in extra if meta and k in meta and meta[k] != extra[k]]
+        if clash:
+            raise CorpusFormatError(f"{where}: field {clash[0]!r} is given both at the top level and inside "
+                                    "'metadata'", field=clash[0])
         if extra:
             meta = {**(meta or {}), **extra}
     elif isinstance(item, tuple) and len(item) in (2, 3):
@@ -304,7 +309,11 @@ class IndexWriter:
             extra["skipped_empty"] = int((self.manifest or {}).get("skipped_empty", 0)) + result.skipped_empty
         if source is not None:
             extra["source"] = dict(source)
-        result.commit = self._commit(segments, extra, shape)
+        try:
+            result.commit = self._commit(segments, extra, shape)
+        except BaseException:  # e.g. a full disk while writing the manifest: the old state stays
+            shutil.rmtree(seg_dir, ignore_errors=True)
+            raise
         if cache is not None:
             logger.info("encoding cache %s: %d documents reused, %d encoded (%.0f MB; remove it when done)",
                         cache.root, cache.hits, cache.misses, cache.nbytes() / 1e6)
@@ -463,8 +472,6 @@ class IndexWriter:
         entries = [{"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0}] \
             if writer.count else []
         if not writer.count:
-            import shutil
-
             shutil.rmtree(seg_dir, ignore_errors=True)
         result.deleted = snap.num_deleted
         result.commit = self._commit(entries, {}, shape)

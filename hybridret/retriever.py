@@ -294,8 +294,27 @@ class HybridRetriever:
         out["num_docs"] = snap.num_docs
         out["num_deleted"] = snap.num_deleted
         out["segments"] = [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in snap.manifest["segments"]]
+        comps = {k: dict(v) for k, v in out.get("components", {}).items()}
+        parts = [s.sparse for s in snap.segments if s.sparse is not None]
+        if "sparse" in comps and parts:  # counts over every segment, not the newest one's
+            comps["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
+        out["components"] = comps
         out["bytes_on_disk"] = sum(f.stat().st_size for s in snap.segments for f in s.root.rglob("*") if f.is_file())
         return out
+
+    def check(self) -> list[str]:
+        """Verify every file of the current snapshot against the checksums written with it, and the
+        values inside (``hybridret info --check``). Returns the problems found (``[]``: all good)."""
+        snap = self.searcher.snapshot
+        problems = []
+        for seg, entry in zip(snap.segments, snap.manifest["segments"]):
+            if seg.files is None:
+                problems.append(f"{seg.root}: a format-1 segment has no checksums (compact to add them)")
+            problems += seg.check()
+            if len(snap.deleted[snap.segments.index(seg)]) != entry.get("num_deleted", 0):
+                problems.append(f"{seg.root}: the manifest counts {entry.get('num_deleted')} deleted documents, "
+                                f"its tombstone file {len(snap.deleted[snap.segments.index(seg)])}")
+        return problems
 
     # -- search ---------------------------------------------------------------------------------
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None

@@ -73,7 +73,7 @@ class EncoderSlot:
 def check_queries(queries: Any) -> list[str]:
     """A query or a list of queries, validated: strings only, never coerced."""
     if isinstance(queries, str):
-        return [queries]
+        queries = [queries]
     if isinstance(queries, (bytes, Mapping)) or not isinstance(queries, Sequence):
         raise ConfigError(f"queries must be a string or a list of strings, got {type(queries).__name__}")
     out = []
@@ -222,11 +222,14 @@ class Searcher:
             self._timer = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": str(self.root), "device": self.device, "encoder_config": self._encoder.config}
+        """Pickles as a reference: the directory, the device and the encoder's description. The
+        unpickled searcher opens the index's current commit (a timer, if any, is not carried)."""
+        return {"root": str(self.root), "device": self.device, "encoder_config": self._encoder.config,
+                "verify": self._encoder.verify}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:  # reopens the index's current commit
-        self.__init__(state["root"], device=state["device"])  # type: ignore[misc]
-        self._encoder = EncoderSlot(None, state["encoder_config"], state["device"])
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        slot = EncoderSlot(None, state["encoder_config"], state["device"], verify=state.get("verify", True))
+        self.__init__(state["root"], device=state["device"], encoder=slot)  # type: ignore[misc]
 
     # -- availability and fusion defaults --------------------------------------------------------
     def available(self, snap: Snapshot | None = None) -> dict[str, bool]:
@@ -285,7 +288,9 @@ class Searcher:
         query refined towards the learned-sparse + BM25 scores of the candidates), one retriever
         (``"dense"``, ``"sparse"``, ``"bm25"``) or a fusion method (``"linear"``, ``"rrf"``,
         ``"gqr"``, see :class:`FusionConfig`). ``filter`` (see :mod:`hybridret.filters`) is applied
-        before top-k, so ``k`` hits come back whenever ``k`` documents match. ``candidates``
+        before top-k: exact methods return the exact top-k of the matching documents (learned sparse
+        and BM25 never return a document that scores 0; HNSW/IVF segments return the matching
+        documents their graph or lists reach, see docs/filters.md). ``candidates``
         overrides the per-retriever depth of fused methods. Blank queries get no hits. Returns
         :class:`Hits` of shape ``(len(queries), k)``."""
         texts = check_queries(queries)

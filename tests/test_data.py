@@ -139,7 +139,7 @@ def test_jsonl_ids_titles_and_contents(tmp_path):
         Document("d1", "one", "T1"),
         Document("d2", "two"),
         Document("3", "three"),
-        Document("4", "four"),
+        Document("4", "four", metadata={"extra": [1, 2]}),  # other fields are metadata
         Document("d5", "five"),
     ]
     assert [d.full_text for d in docs] == ["T1 one", "two", "three", "four", "five"]

@@ -67,7 +67,7 @@ def assert_clean_error(res: subprocess.CompletedProcess, *needles: str) -> str:
 
 
 def assert_no_partial_build(out: Path) -> None:
-    for gen in out.glob("gen-*"):
+    for gen in [*out.glob("gen-*"), *out.glob("seg-*")]:
         assert not (gen / BUILDING).exists(), f"unfinished generation left behind: {gen}"
 
 
@@ -275,7 +275,7 @@ def test_output_without_permission(tmp_path, corpus):
 def test_full_disk_keeps_the_previous_index(stdin_index, corpus):
     """RLIMIT_FSIZE makes write() fail with EFBIG (SIGXFSZ ignored) while replacing an index. [loads models]"""
     before = (stdin_index / MANIFEST).read_bytes()
-    gens_before = sorted(p.name for p in stdin_index.glob("gen-*"))
+    gens_before = sorted(p.name for p in stdin_index.glob("seg-*"))
 
     def small_files() -> None:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -285,7 +285,7 @@ def test_full_disk_keeps_the_previous_index(stdin_index, corpus):
                   preexec_fn=small_files, timeout=240)
     assert_clean_error(res, str(stdin_index), "File too large")
     assert (stdin_index / MANIFEST).read_bytes() == before
-    assert sorted(p.name for p in stdin_index.glob("gen-*")) == gens_before  # nothing half-written left
+    assert sorted(p.name for p in stdin_index.glob("seg-*")) == gens_before  # nothing half-written left
     r = HybridRetriever.load(stdin_index)
     assert r.num_docs == N_DOCS
     assert r.search("black hole", k=1, method="bm25").ids.shape == (1, 1)

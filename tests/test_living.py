@@ -482,7 +482,8 @@ def test_format_1_index_reads_and_upgrades_on_first_write(paired_encoder, sample
     old = path / seg["name"]
     v1 = old.with_name("gen-20250101T000000-abcdef12")
     old.rename(v1)
-    (v1 / "keys.npy").unlink()  # format-1 folders had no text hashes
+    (v1 / "keys.npy").unlink()  # format-1 folders had no text hashes and no file list
+    (v1 / "segment.json").unlink()
     for k in ("segments", "commit", "shape"):
         manifest.pop(k)
     manifest.update(format_version=1, generation=v1.name)

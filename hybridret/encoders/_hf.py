@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,22 @@ from ..errors import EncoderError, ModelNotFoundError
 from ..models import LOAD_LOCK, resolve_model
 
 logger = logging.getLogger("hybridret.encoders")
+
+
+@contextmanager
+def _loading_bars(show: bool) -> Iterator[None]:
+    """transformers draws a "Loading weights" bar per model; like hybridret's own bars it follows
+    the log level (shown at INFO, e.g. the CLI without -q). Held under LOAD_LOCK."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    if was and not show:
+        hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was and not show:
+            hf_logging.enable_progress_bar()
 
 
 def pick_device(device: str | None) -> str:
@@ -74,7 +91,7 @@ class TransformerRunner:
         self.max_length = check_max_length(model_name, self.path, max_length)
         self.device = pick_device(device)
         self._tokenizer_lock = threading.Lock()
-        with LOAD_LOCK:
+        with LOAD_LOCK, _loading_bars(logging.getLogger("hybridret").isEnabledFor(logging.INFO)):
             self._load(loader, dtype)
         self.truncated = 0  # texts cut to max_length over this runner's life
 

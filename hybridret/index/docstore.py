@@ -51,9 +51,13 @@ class DocStoreWriter:
             self.offsets.close()
 
     def abort(self) -> None:
-        self.ids.close()
+        """Close without flushing anything more (the folder is removed next); never raises."""
+        for fh in [self.ids] + ([self.texts] if self.store_text else []):
+            try:
+                fh.close()
+            except OSError:  # buffered data could not be written (disk full): it is discarded anyway
+                pass
         if self.store_text:
-            self.texts.close()
             self.offsets.abort()
 
 
@@ -79,6 +83,9 @@ class DocStore:
             if self.offsets.shape[0] != len(self.ids) + 1:
                 raise IndexFormatError(f"{self.root}: text offsets do not match the id list")
             size = os.path.getsize(self.root / "texts.bin")
+            if size != int(self.offsets[-1]):
+                raise IndexFormatError(f"{self.root / 'texts.bin'} has {size} bytes, its offsets need "
+                                       f"{int(self.offsets[-1])} (truncated?)")
             self.blob = np.memmap(self.root / "texts.bin", dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
 
     def __len__(self) -> int:
@@ -95,5 +102,8 @@ class DocStore:
         if not self.has_text:
             return "", ""
         lo, hi = int(self.offsets[row]), int(self.offsets[row + 1])
-        title, text = json.loads(bytes(self.blob[lo:hi]).decode("utf-8"))
+        try:
+            title, text = json.loads(bytes(self.blob[lo:hi]).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, TypeError) as exc:
+            raise IndexFormatError(f"{self.root / 'texts.bin'}: the text of row {row} is damaged ({exc})") from None
         return title, text

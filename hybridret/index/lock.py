@@ -30,10 +30,11 @@ class WriterLock:
     def __init__(self, root: str | Path) -> None:
         import fcntl
 
+        self._fd: int | None = None
         self.path = Path(root) / LOCK_FILE
         try:
             Path(root).mkdir(parents=True, exist_ok=True)
-            self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
                 raise IndexReadOnlyError(f"cannot write to the index at {root}: {exc.strerror}") from None

@@ -133,12 +133,12 @@ def read_metadata(root: str | Path, n: int) -> list[dict[str, Any]] | None:
 
 
 def _leaves(meta: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every field path: leaves with their values, and nested objects themselves (for ``$exists``)."""
     for key, value in meta.items():
         path = f"{prefix}{key}"
+        yield path, value
         if isinstance(value, Mapping):
             yield from _leaves(value, f"{path}.")
-        else:
-            yield path, value
 
 
 class Column:
@@ -171,6 +171,7 @@ class Column:
             self.is_null[row] = True
         elif isinstance(value, list):
             self.lists[row] = value
+        # an object is only present: it equals nothing and has no order
 
 
 class MetadataColumns:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,13 +26,58 @@ from .dense import DenseIndex
 from .docstore import DocStore, DocStoreWriter
 from .metadata import MetadataColumns, MetadataWriter, read_metadata
 from .sparse import SparseIndex
-from .storage import NpyAppender, load_npy
+from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
-__all__ = ["Segment", "SegmentWriter", "text_key"]
+__all__ = ["Segment", "SegmentWriter", "file_list", "text_key"]
 
 logger = logging.getLogger(__name__)
 
 KEY_BYTES = 16
+FORMAT = "hybridret-segment-v1"
+SEGMENT_FILE = "segment.json"
+_QUICK_HASH = 1 << 20  # files up to this size are checksummed at every load
+_UNLISTED = (".building", ".managed.json", SEGMENT_FILE)  # tantivy rewrites .managed.json when it opens
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_list(root: Path) -> dict[str, dict[str, Any]]:
+    """Every file of a finished segment (tombstones, locks and tantivy's bookkeeping aside):
+    relative path -> size and SHA-256."""
+    out = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            rel = path.relative_to(root).as_posix()
+            if name in _UNLISTED or name.endswith(".lock") or name.startswith("deleted-") or "/" not in rel and \
+                    name.startswith("."):
+                continue
+            out[rel] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+    return out
+
+
+def check_files(root: Path, listed: dict[str, dict[str, Any]], *, full: bool) -> list[str]:
+    """Problems with a segment's files against its list: missing, resized, or (small files always,
+    every file with ``full``) a changed checksum."""
+    problems = []
+    for rel, want in listed.items():
+        path = root / rel
+        try:
+            size = path.stat().st_size
+        except OSError:
+            problems.append(f"missing index file {path}")
+            continue
+        if size != want.get("size"):
+            problems.append(f"{path} has {size} bytes, {want.get('size')} were written (truncated or replaced?)")
+        elif (full or size <= _QUICK_HASH) and _sha256(path) != want.get("sha256"):
+            problems.append(f"{path} does not match the checksum written with it (damaged)")
+    return problems
 
 
 def text_key(text: str) -> bytes:
@@ -85,6 +131,8 @@ class SegmentWriter:
             self.dense.close()
         if self.sparse is not None:
             self.sparse.close()
+        atomic_write_json(self.root / SEGMENT_FILE, {"format": FORMAT, "num_docs": self.count,
+                                                     "files": file_list(self.root)})
 
     def abort(self) -> None:
         for part in (self.docs, self.keys, self.dense, self.sparse):
@@ -105,6 +153,17 @@ class Segment:
         self.root = Path(root)
         self.name = self.root.name
         self.num_docs = int(num_docs)
+        self.files: dict[str, dict[str, Any]] | None = None
+        if (self.root / SEGMENT_FILE).is_file():  # absent in format-1 folders
+            info = read_json(self.root / SEGMENT_FILE)
+            if not isinstance(info, dict) or info.get("format") != FORMAT or info.get("num_docs") != self.num_docs:
+                raise IndexFormatError(f"{self.root / SEGMENT_FILE} does not describe a segment of {self.num_docs} "
+                                       "documents")
+            self.files = dict(info.get("files") or {})
+            problems = check_files(self.root, self.files, full=False)
+            if problems:
+                raise IndexFormatError("; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)"
+                                                                  if len(problems) > 3 else ""))
         self.docs = DocStore(self.root, expected=self.num_docs)
         self.dense = DenseIndex(self.root / "dense", device=device) if (self.root / "dense").is_dir() else None
         self.sparse = SparseIndex(self.root / "sparse") if (self.root / "sparse").is_dir() else None
@@ -126,6 +185,27 @@ class Segment:
 
     def key_of(self, row: int) -> bytes | None:
         return bytes(self.keys[row]) if self.keys is not None else None
+
+    def check(self) -> list[str]:
+        """A full check: every file against its checksum, and the values inside (finite vectors and
+        weights, readable texts and metadata). Slow on big segments; ``hybridret info --check``."""
+        problems = check_files(self.root, self.files, full=True) if self.files is not None else []
+        if self.dense is not None:
+            bad = int(sum(int((~np.isfinite(np.asarray(self.dense.vectors[a:a + 65536]))).any(axis=1).sum())
+                          for a in range(0, self.num_docs, 65536)))
+            if bad:
+                problems.append(f"{self.root}/dense/vectors.npy: {bad} vectors hold NaN or infinity")
+        if self.sparse is not None:
+            data = np.asarray(self.sparse.forward.data)
+            if not np.isfinite(data).all() or (data < 0).any():
+                problems.append(f"{self.root}/sparse: learned weights that are negative, NaN or infinite")
+        for row in range(self.num_docs) if self.docs.has_text else ():
+            try:
+                self.docs.get(row)
+            except IndexFormatError as exc:
+                problems.append(str(exc))
+                break
+        return problems
 
     def tombstones(self, name: str | None) -> np.ndarray:
         """The deleted rows listed by the tombstone file ``name`` (sorted, unique)."""

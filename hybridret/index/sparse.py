@@ -469,7 +469,7 @@ class SparseIndex:
                                      boosts[i] if boosts is not None else None)
             if query is None:
                 return
-            depth = first
+            depth = first + k + 10  # a margin, so that ties at the k-th score are broken by row
             while True:
                 hits = self.searcher.search(query, depth, count=False).hits
                 got = np.asarray(self.searcher.fast_field_values("row", [a for _, a in hits]), dtype=np.int64)
@@ -478,8 +478,9 @@ class SparseIndex:
                     keep = allowed[got]
                     got, sc = got[keep], sc[keep]
                 if len(got) >= k or len(hits) < depth:
-                    m = min(k, len(got))
-                    rows[i, :m], scores[i, :m] = got[:m], sc[:m]
+                    order = np.lexsort((got, -sc))[:k]  # best score first, ties by row (insertion order)
+                    m = len(order)
+                    rows[i, :m], scores[i, :m] = got[order], sc[order]
                     return
                 depth *= 4
 

@@ -55,7 +55,10 @@ class NpyAppender:
         self._fh.close()
 
     def abort(self) -> None:
-        self._fh.close()
+        try:
+            self._fh.close()
+        except OSError:  # unflushed data on a full disk: discarded with the file
+            pass
         self.path.unlink(missing_ok=True)
 
 

@@ -1,6 +1,8 @@
 """The retriever registry: every ranking signal, by name. Adding one (ColBERT, RM3, ...) is one
-module with a :class:`Retriever` subclass plus one line here; method lists, CLI choices, fusion
-validation and candidate gathering all derive from :data:`REGISTRY`."""
+module with a :class:`Retriever` subclass plus one line here; the search methods
+(:data:`hybridret.searcher.METHODS`), fusion validation, defaults and candidate gathering all derive
+from :data:`REGISTRY` (the CLI's ``--method`` choices are a literal, kept equal by a test, so that
+``hybridret --help`` need not import the engine)."""
 
 from __future__ import annotations
 
