@@ -76,7 +76,16 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="search an index")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("query", nargs="+", help="query text (several words are joined)")
+    p.add_argument("query", nargs="*", help="query text (several words are joined); none: --queries, or an "
+                                           "interactive prompt on a terminal")
+    p.add_argument("--queries", metavar="FILE", default=None,
+                   help="search many queries with the models loaded once: one query per line, or JSONL objects with "
+                        '"_id"/"id" and "text" (- for standard input); writes one JSON line of hits per query')
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="with --queries: write the JSON lines here (default: standard output)")
+    p.add_argument("--trec", metavar="FILE", default=None,
+                   help="with --queries: write a TREC run file (qid Q0 docid rank score tag) instead of JSON lines")
+    p.add_argument("--batch-size", type=int, default=32, help="with --queries: queries per search call (default: 32)")
     p.add_argument("-k", type=int, default=10, help="hits to return (default: 10)")
     p.add_argument("--method", default="hybrid", choices=METHOD_CHOICES,
                    help="default hybrid: the fusion `hybridret tune` stored in the index, else GQR (the dense query "
@@ -87,6 +96,25 @@ def _parser() -> argparse.ArgumentParser:
                         "(operators: $eq $ne $in $nin $gt $gte $lt $lte $exists $and $or $not)")
     p.add_argument("--candidates", type=int, default=None, help="per-retriever depth of fused methods (default: 100)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--device", default=None)
+
+    p = sub.add_parser("serve", help="serve an index over HTTP (search page, JSON API, OpenAPI docs)",
+                       description="Serve an index with FastAPI + uvicorn: POST /search, POST/DELETE /documents, "
+                                   "POST /compact, GET /health, GET /info, the search page at / and the API docs at "
+                                   "/docs. Needs the serve extra: pip install 'hybridret[serve]'.")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
+    p.add_argument("--api-key-file", metavar="FILE", default=None,
+                   help="require 'Authorization: Bearer KEY' (the key in FILE) for writes (/health stays open)")
+    p.add_argument("--protect-reads", action="store_true", help="with --api-key-file: require the key for reads too")
+    p.add_argument("--batch-window-ms", type=float, default=3.0,
+                   help="collect concurrent searches for this long and encode them together (default: 3)")
+    p.add_argument("--max-batch", type=int, default=32, help="most queries per micro-batch (default: 32)")
+    p.add_argument("--no-batching", action="store_true", help="search each request on its own")
+    p.add_argument("--refresh-every", type=float, default=None, metavar="SECONDS",
+                   help="also pick up commits made by other processes every SECONDS (the server's own writes are "
+                        "served at once)")
     p.add_argument("--device", default=None)
 
     p = sub.add_parser("add", help="add documents to an existing index (or replace them with --upsert)",
@@ -344,6 +372,17 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from .filters import parse_filter
 
     filt = parse_filter(args.filter)  # a malformed filter fails before any model loads
+    if args.queries is not None:
+        if args.query:
+            raise HybridRetError("give a query or --queries FILE, not both")
+        return _search_batch(args, filt)
+    if args.output or args.trec:
+        raise HybridRetError("--output and --trec go with --queries FILE")
+    if not args.query:
+        if not sys.stdin.isatty():
+            raise HybridRetError("no query given: pass a query, --queries FILE (one per line or JSONL; - reads "
+                                 "standard input), or run on a terminal for an interactive prompt")
+        return _search_prompt(args, filt)
     retriever = HybridRetriever.load(args.index, device=args.device)
     query = " ".join(args.query)
     hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
@@ -352,6 +391,131 @@ def _cmd_search(args: argparse.Namespace) -> int:
                           "hits": [h.to_dict() for h in hits[0]]}, ensure_ascii=False, indent=2))
     else:
         _print_hits(hits, 0)
+    return 0
+
+
+def _read_batch_queries(path: str) -> list[tuple[str, str]]:
+    """(id, text) from one query per line, or JSONL objects with "_id"/"id" and "text". Plain lines
+    are numbered from 1; blank lines are skipped."""
+    fh = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    name = "<stdin>" if path == "-" else path
+    with fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.rstrip("\r\n")
+            if not text.strip():
+                continue
+            if text.lstrip().startswith("{"):
+                try:
+                    obj = json.loads(text)
+                except ValueError as exc:
+                    raise HybridRetError(f"{name}:{lineno}: not valid JSON ({exc})") from None
+                qid = obj.get("_id", obj.get("id")) if isinstance(obj, dict) else None
+                qtext = obj.get("text", obj.get("query")) if isinstance(obj, dict) else None
+                if isinstance(qid, int) and not isinstance(qid, bool):
+                    qid = str(qid)
+                if not isinstance(qid, str) or not qid.strip():
+                    raise HybridRetError(f"{name}:{lineno}: a JSON query needs an \"_id\" or \"id\" (string)")
+                if not isinstance(qtext, str) or not qtext.strip():
+                    raise HybridRetError(f"{name}:{lineno}: query {qid!r} needs a non-empty \"text\"")
+            else:
+                qid, qtext = str(len(out) + 1), text
+            if qid in seen:
+                raise HybridRetError(f"{name}:{lineno}: duplicate query id {qid!r}")
+            seen.add(qid)
+            out.append((qid, qtext))
+    if not out:
+        raise HybridRetError(f"no queries in {name}")
+    return out
+
+
+def _search_batch(args: argparse.Namespace, filt: Any) -> int:
+    from .retriever import HybridRetriever
+
+    if args.batch_size < 1:
+        raise HybridRetError(f"--batch-size must be positive, got {args.batch_size}")
+    if args.output and args.trec:
+        raise HybridRetError("--output writes JSON lines and --trec a run file: choose one")
+    queries = _read_batch_queries(args.queries)  # bad input fails before the models load
+    retriever = HybridRetriever.load(args.index, device=args.device)
+    run: dict[str, dict[str, float]] = {}
+    out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+    method = args.method
+    try:
+        for start in range(0, len(queries), args.batch_size):
+            chunk = queries[start:start + args.batch_size]
+            hits = retriever.search([t for _, t in chunk], k=args.k, method=args.method, candidates=args.candidates,
+                                    filter=filt)
+            method = hits.method
+            for i, (qid, text) in enumerate(chunk):
+                view = hits[i]
+                if args.trec:
+                    run[qid] = {h.id: h.score for h in view if h.score == h.score and abs(h.score) != float("inf")}
+                else:
+                    out.write(json.dumps({"query_id": qid, "query": text, "method": args.method,
+                                          "resolved": hits.method, "hits": [h.to_dict() for h in view]},
+                                         ensure_ascii=False) + "\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    if args.trec:
+        from .runs import write_run
+
+        write_run(run, args.trec, tag=f"hybridret-{method}".replace(" ", "_"))
+    logger.info("searched %d queries (%s)%s", len(queries), method,
+                f"; run written to {args.trec}" if args.trec else f"; hits written to {args.output}" if args.output else "")
+    return 0
+
+
+def _search_prompt(args: argparse.Namespace, filt: Any) -> int:
+    """A small interactive prompt: one query per line, an empty line or EOF quits."""
+    from .retriever import HybridRetriever
+
+    retriever = HybridRetriever.load(args.index, device=args.device, warm=True)
+    print(f"hybridret search {args.index} ({retriever.num_docs} documents, --method {args.method}); "
+          "an empty line or Ctrl-D quits")
+    while True:
+        sys.stdout.write("query> ")
+        sys.stdout.flush()
+        line = sys.stdin.readline()
+        if not line:  # EOF (Ctrl-D)
+            print()
+            return 0
+        query = line.rstrip("\r\n")
+        if not query.strip():
+            return 0
+        hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
+        _print_hits(hits, 0)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from .serve.app import ServeConfig, serve
+    except ImportError as exc:
+        raise HybridRetError(f"serving needs FastAPI and uvicorn: pip install 'hybridret[serve]' ({exc})") from None
+    from .serve.auth import read_api_key
+
+    if args.protect_reads and not args.api_key_file:
+        raise HybridRetError("--protect-reads needs --api-key-file")
+    if not 1 <= args.port <= 65535 and args.port != 0:
+        raise HybridRetError(f"--port must be 1..65535, got {args.port}")
+    if args.max_batch < 1 or args.batch_window_ms < 0:
+        raise HybridRetError("--max-batch must be >= 1 and --batch-window-ms >= 0")
+    if args.refresh_every is not None and args.refresh_every <= 0:
+        raise HybridRetError(f"--refresh-every must be positive, got {args.refresh_every}")
+    key = read_api_key(args.api_key_file) if args.api_key_file else None
+    config = ServeConfig(api_key=key, protect_reads=args.protect_reads, batching=not args.no_batching,
+                         batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
+                         refresh_every=args.refresh_every)
+    if args.device:
+        from .retriever import HybridRetriever
+
+        index: Any = HybridRetriever.load(args.index, device=args.device, warm=True)
+    else:
+        index = args.index
+    serve(index, host=args.host, port=args.port, config=config,
+          log_level="debug" if args.verbose else "warning" if args.quiet else "info")
     return 0
 
 
@@ -616,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _setup_logging(args)
     commands = {"index": _cmd_index, "search": _cmd_search, "info": _cmd_info, "demo": _cmd_demo,
                 "eval": _cmd_eval, "tune": _cmd_tune, "train": _cmd_train, "mine-negatives": _cmd_mine,
-                "add": _cmd_add, "delete": _cmd_delete, "compact": _cmd_compact}
+                "add": _cmd_add, "delete": _cmd_delete, "compact": _cmd_compact, "serve": _cmd_serve}
     try:
         _check_text_args(args)
         code = commands[args.command](args)

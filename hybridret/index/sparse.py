@@ -20,11 +20,11 @@ The same index holds a ``text`` field (English stemming, stop words) for plain B
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import shutil
 import tempfile
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -86,36 +86,49 @@ class SparseSearchStats:
     brute_force: int = 0  # queries that fell back to scoring every document
 
 
-_READ_ONLY_VIEWS: list[str] = []  # link folders made for read-only indexes; removed at exit
+_SWEPT: set[int] = set()
 
 
-def _remove_views() -> None:
-    for view in _READ_ONLY_VIEWS:
-        shutil.rmtree(view, ignore_errors=True)
+def _sweep_views() -> None:
+    """Once per process: remove link folders left by readers that were killed (their pid is gone)."""
+    if os.getpid() in _SWEPT:
+        return
+    _SWEPT.add(os.getpid())
+    for old in Path(tempfile.gettempdir()).glob("hybridret-tantivy-*"):
+        try:
+            pid = int(old.name.split("-")[2])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except (ValueError, IndexError, OSError):
+            continue
 
 
-def _open_tantivy(path: Path) -> Any:
-    """Open a committed tantivy index for reading. tantivy takes a lock file in the index folder
-    even to read; where the folder is not writable (read-only volumes, image layers, shared mounts)
-    the index is opened through a private folder of links to its files instead."""
+def _open_tantivy(path: Path) -> tuple[Any, Path]:
+    """Open a committed tantivy index for reading, through a private folder of links to its files.
+
+    tantivy takes a lock file in the index folder even to read (and waits on it): a reader would
+    need write access (read-only volumes, image layers and shared mounts fail) and would block while
+    another process, paused mid-open, holds that lock. A committed segment never changes, so the
+    lock protects nothing here; opening through links keeps it private to this reader. Returns the
+    index and the link folder (remove it when the index is closed)."""
     import tantivy
 
     if not path.is_dir():
         raise IndexFormatError(f"missing index folder {path}")
+    _sweep_views()
+    view = Path(tempfile.mkdtemp(prefix=f"hybridret-tantivy-{os.getpid()}-"))
     try:
-        if os.access(path, os.W_OK):
-            return tantivy.Index.open(str(path))
-        if not _READ_ONLY_VIEWS:
-            atexit.register(_remove_views)
-        view = Path(tempfile.mkdtemp(prefix="hybridret-ro-"))
         for f in path.iterdir():
             if not f.name.endswith(".lock"):
                 (view / f.name).symlink_to(f.resolve())
-        index = tantivy.Index.open(str(view))
-        _READ_ONLY_VIEWS.append(str(view))
-        return index
+        return tantivy.Index.open(str(view)), view
     except (ValueError, OSError) as exc:
+        shutil.rmtree(view, ignore_errors=True)
         raise IndexFormatError(f"{path}: cannot open tantivy index: {exc}") from exc
+    except BaseException:
+        shutil.rmtree(view, ignore_errors=True)
+        raise
 
 
 class SparseIndexBuilder:
@@ -259,7 +272,8 @@ class SparseIndex:
         self.tokens = _token_table(self.vocab_size, self.slots)
         self.overflow = load_npy(self.root / "overflow.npy", mmap=False)
         self.df = load_npy(self.root / "df.npy", mmap=False)
-        self.index = _open_tantivy(self.root / "tantivy")
+        self.index, view = _open_tantivy(self.root / "tantivy")
+        weakref.finalize(self, shutil.rmtree, str(view), True)
         self.index.register_tokenizer(BM25_TOKENIZER, _bm25_analyzer())
         self.schema = self.index.schema
         self.searcher = self.index.searcher()

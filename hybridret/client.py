@@ -1,0 +1,220 @@
+"""A client for ``hybridret serve``: the :class:`~hybridret.searcher.Searcher` interface over HTTP.
+
+>>> from hybridret.client import Client
+>>> with Client("http://127.0.0.1:8000", api_key=None) as client:
+...     hits = client.search(["a question"], k=5, method="hybrid", filter={"source": "wiki"})
+...     hits.ids, hits.scores, hits[0][0].title
+...     client.add([{"id": "n1", "text": "..."}])
+
+Errors the server reports come back as the library's own exceptions (:class:`ConfigError`,
+:class:`~hybridret.filters.FilterError`, :class:`DocumentNotFoundError` with ``.ids``,
+:class:`CorpusFormatError`, :class:`IndexLockedError`) carrying the server's message; anything else
+is a :class:`ServerError` (``.status``, ``.type``). Needs ``httpx`` (the ``serve`` extra).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import (
+    ConfigError,
+    CorpusFormatError,
+    DocumentNotFoundError,
+    HybridRetError,
+    IndexExistsError,
+    IndexLockedError,
+    IndexReadOnlyError,
+)
+from .filters import FilterError
+from .types import Hit, MatchedTerm
+
+__all__ = ["AuthenticationError", "Client", "RemoteHits", "ServerError", "ServerUnavailableError"]
+
+logger = logging.getLogger(__name__)
+
+
+class ServerError(HybridRetError):
+    """The server answered with an error the library has no class for."""
+
+    def __init__(self, message: str, *, status: int, type: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+
+
+class AuthenticationError(ServerError, PermissionError):
+    """The server wants a (different) API key."""
+
+
+class ServerUnavailableError(HybridRetError, ConnectionError):
+    """The server could not be reached, or did not answer in time."""
+
+
+_BY_TYPE: dict[str, type[HybridRetError]] = {
+    "ConfigError": ConfigError, "FilterError": FilterError, "CorpusFormatError": CorpusFormatError,
+    "IndexLockedError": IndexLockedError, "IndexExistsError": IndexExistsError, "IndexReadOnlyError": IndexReadOnlyError,
+    "validation_error": ConfigError,
+}
+
+
+@dataclass
+class RemoteHits:
+    """Search results from a server, shaped like :class:`~hybridret.types.Hits`: ``ids`` (object
+    array, ``""`` padding) and ``scores`` (``-inf`` padding) of shape ``(nq, k)``, ``components``
+    (per-retriever scores: ``-inf`` padding, NaN for a hit that retriever did not score) and ``hits[i]`` -> list of :class:`Hit`."""
+
+    queries: list[str]
+    method: str
+    ids: np.ndarray
+    scores: np.ndarray
+    components: dict[str, np.ndarray] = field(default_factory=dict)
+    _views: list[list[Hit]] = field(default_factory=list, repr=False)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def __getitem__(self, i: int) -> list[Hit]:
+        return self._views[i]
+
+    def __iter__(self) -> Iterator[list[Hit]]:
+        return iter(self._views)
+
+    @classmethod
+    def from_response(cls, data: Mapping[str, Any], k: int) -> RemoteHits:
+        results = data["results"]
+        n = len(results)
+        ids = np.full((n, k), "", dtype=object)
+        scores = np.full((n, k), -np.inf, dtype=np.float32)
+        comps: dict[str, np.ndarray] = {}
+        views: list[list[Hit]] = []
+        for i, res in enumerate(results):
+            view = []
+            for j, h in enumerate(res["hits"][:k]):
+                hit = _hit(h)
+                view.append(hit)
+                ids[i, j] = hit.id
+                scores[i, j] = hit.score
+                for name, v in hit.scores.items():
+                    comps.setdefault(name, np.full((n, k), -np.inf, dtype=np.float32))[i, j] = v
+            views.append(view)
+        for name, arr in comps.items():  # as in Hits: -inf pads, NaN marks a hit this retriever did not score
+            for i, view in enumerate(views):
+                for j, hit in enumerate(view):
+                    if name not in hit.scores:
+                        arr[i, j] = np.nan
+        return cls(queries=[r["query"] for r in results], method=data.get("resolved", data.get("method", "")),
+                   ids=ids, scores=scores, components=comps, _views=views)
+
+
+def _hit(h: Mapping[str, Any]) -> Hit:
+    score = h.get("score")
+    return Hit(id=h["id"], rank=int(h["rank"]), score=float("nan") if score is None else float(score),
+               scores={k: float(v) for k, v in (h.get("scores") or {}).items()},
+               title=h.get("title") or "", text=h.get("text") or "",
+               matched_terms=[MatchedTerm(term=m["term"], query_weight=m["query_weight"], doc_weight=m["doc_weight"],
+                                          expansion=bool(m["expansion"])) for m in h.get("matched_terms") or []],
+               metadata=dict(h.get("metadata") or {}))
+
+
+class Client:
+    """HTTP client of one ``hybridret serve`` server. Thread-safe (one connection pool); use it as a
+    context manager or call :meth:`close`."""
+
+    def __init__(self, url: str = "http://127.0.0.1:8000", api_key: str | None = None, *, timeout: float = 60.0,
+                 transport: Any = None) -> None:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.url = url.rstrip("/")
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __repr__(self) -> str:
+        return f"Client({self.url!r})"  # never the key
+
+    # -- plumbing --
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        import httpx
+
+        try:
+            resp = self._http.request(method, path, json=body)
+        except httpx.TimeoutException as exc:
+            raise ServerUnavailableError(f"{self.url}{path}: no answer in time ({exc})") from None
+        except httpx.TransportError as exc:
+            raise ServerUnavailableError(f"{self.url}{path}: cannot reach the server ({exc})") from None
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        if resp.is_success:
+            return data
+        err = data.get("error", {}) if isinstance(data, dict) else {}
+        kind = str(err.get("type", "http_error"))
+        message = str(err.get("message") or f"HTTP {resp.status_code}")
+        if kind == "DocumentNotFoundError":
+            raise DocumentNotFoundError(message, list(err.get("ids") or []))
+        if resp.status_code == 401:
+            raise AuthenticationError(message, status=401, type=kind)
+        cls = _BY_TYPE.get(kind)
+        if cls is not None:
+            exc = cls(message)
+            exc.status = resp.status_code  # type: ignore[attr-defined]
+            raise exc
+        raise ServerError(message, status=resp.status_code, type=kind)
+
+    # -- reads --
+    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
+               filter: Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
+               candidates: int | None = None, with_text: bool = True) -> RemoteHits:
+        """As :meth:`Searcher.search`: ``(len(queries), k)`` results, run on the server."""
+        body: dict[str, Any] = {"k": k, "method": method, "with_text": with_text}
+        if isinstance(queries, str):
+            body["query"] = queries
+        else:
+            body["queries"] = list(queries)
+        if filter is not None:
+            body["filter"] = filter
+        if fusion is not None:
+            body["fusion"] = fusion.to_dict() if hasattr(fusion, "to_dict") else dict(fusion)
+        if candidates is not None:
+            body["candidates"] = candidates
+        return RemoteHits.from_response(self._request("POST", "/search", body), k if isinstance(k, int) else 0)
+
+    def health(self) -> dict[str, Any]:
+        return self._request("GET", "/health")
+
+    def info(self) -> dict[str, Any]:
+        return self._request("GET", "/info")
+
+    # -- writes (each answered after its commit) --
+    def add(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """Add documents (``{"id", "text", "title"?, "metadata"?}``); an existing id is an error."""
+        return self._request("POST", "/documents", {"documents": list(documents)})
+
+    def upsert(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+        """Add documents or replace those with the same ids."""
+        return self._request("POST", "/documents", {"documents": list(documents), "upsert": True})
+
+    def delete(self, ids: Iterable[str] | str, *, missing: str = "error") -> dict[str, Any]:
+        """Delete by id; unknown ids raise :class:`DocumentNotFoundError` (nothing deleted) unless
+        ``missing="ignore"``."""
+        if missing not in ("error", "ignore"):
+            raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        return self._request("DELETE", "/documents", {"ids": ids, "ignore_missing": missing == "ignore"})
+
+    def compact(self) -> dict[str, Any]:
+        return self._request("POST", "/compact")

@@ -1,0 +1,79 @@
+"""What every adapter shares: the backend check, hit fields, the missing-framework error."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+
+__all__ = ["as_backend", "finite_scores", "hits_per_query", "location_of", "open_location", "require"]
+
+
+def require(module: str, extra: str, framework: str) -> Any:
+    """Import a framework module, or say which pip extra installs it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise ImportError(f"hybridret's {framework} adapter needs {framework}: pip install 'hybridret[{extra}]' "
+                          f"(could not import {module}: {exc})") from exc
+
+
+def as_backend(obj: Any, *, writable: bool = False) -> Any:
+    """A Searcher, HybridRetriever, Client or anything else with hybridret's ``search`` signature;
+    an index directory (``str``/``Path``) opens a read-only :class:`~hybridret.Searcher`."""
+    if isinstance(obj, (str, Path)):
+        from ..searcher import Searcher
+
+        obj = Searcher(obj)
+    if not callable(getattr(obj, "search", None)):
+        raise ConfigError(f"expected a hybridret Searcher, HybridRetriever or Client (anything with "
+                          f"search(queries, k, method=, filter=)), got {type(obj).__name__}")
+    if writable:
+        missing = [m for m in ("upsert", "delete") if not callable(getattr(obj, m, None))]
+        if missing:
+            raise ConfigError(f"{type(obj).__name__} cannot write (no {', '.join(missing)}): a Searcher is "
+                              "read-only; pass HybridRetriever.load(path) or a hybridret Client")
+    return obj
+
+
+def hits_per_query(backend: Any, queries: list[str], k: int, method: str, filter: Any) -> list[list[Any]]:
+    """One batched search; the hits of each query as :class:`~hybridret.Hit` lists."""
+    if isinstance(filter, dict) and not filter:
+        filter = None  # {} means "no filter" in every framework
+    hits = backend.search(queries, k, method=method, filter=filter)
+    return [list(hits[i]) for i in range(len(queries))]
+
+
+def finite_scores(scores: dict[str, float]) -> dict[str, float]:
+    """Per-retriever scores without the NaNs of retrievers that did not score this hit."""
+    return {name: float(v) for name, v in scores.items() if not math.isnan(v)}
+
+
+def location_of(backend: Any) -> dict[str, str]:
+    """Where a backend can be reopened from: ``{"index": path}`` or ``{"url": url}``."""
+    url = getattr(backend, "url", None) or getattr(backend, "base_url", None)
+    if isinstance(url, str) and not isinstance(backend, (str, Path)):
+        return {"url": url}
+    root = getattr(backend, "root", None) or getattr(backend, "path", None)
+    if isinstance(root, (str, Path)):
+        return {"index": str(root)}
+    raise ConfigError(f"cannot serialise a {type(backend).__name__}: it has neither an index directory "
+                      "(root/path) nor a server url")
+
+
+def open_location(where: Any) -> Any:
+    """The backend :func:`location_of` described (an index path string opens a Searcher)."""
+    if isinstance(where, (str, Path)):
+        return as_backend(where)
+    if isinstance(where, dict) and "url" in where:
+        try:
+            client = importlib.import_module("hybridret.client")
+        except ImportError as exc:
+            raise ConfigError(f"cannot reopen {where['url']}: hybridret.client is not available ({exc})") from exc
+        return client.Client(where["url"])
+    if isinstance(where, dict) and "index" in where:
+        return as_backend(where["index"])
+    raise ConfigError(f"expected an index path, {{'index': path}} or {{'url': url}}, got {where!r}")

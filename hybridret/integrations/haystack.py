@@ -1,0 +1,187 @@
+"""Haystack: a retriever ``@component`` over a hybridret index, with Haystack's filter syntax.
+
+>>> from haystack import Pipeline
+>>> from hybridret.integrations.haystack import HybridRetHaystackRetriever
+>>> pipe = Pipeline()
+>>> pipe.add_component("retriever", HybridRetHaystackRetriever("indexes/mine", top_k=5))
+>>> pipe.run({"retriever": {"query": "a question",
+...                          "filters": {"field": "meta.lang", "operator": "==", "value": "en"}}})
+
+Each result is ``Document(id=hit.id, content=hit.text, meta={**hit.metadata, "title", "scores"},
+score=hit.score)``. Filters may be Haystack's (``{"field": "meta.x", "operator": "==", "value": v}``,
+``{"operator": "AND"|"OR"|"NOT", "conditions": [...]}``) or hybridret's own Mongo-style ones
+(``{"x": v}``, ``{"$and": [...]}``); see :func:`haystack_filter_to_hybridret`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as _dt
+from typing import Any
+
+from ..filters import FilterError as _HybridRetFilterError
+from ._common import as_backend, finite_scores, hits_per_query, location_of, open_location, require
+
+require("haystack", "haystack", "Haystack")
+
+from haystack import Document, component, default_from_dict, default_to_dict  # noqa: E402
+from haystack.document_stores.types import FilterPolicy, apply_filter_policy  # noqa: E402
+from haystack.errors import FilterError as _HaystackFilterError  # noqa: E402
+
+__all__ = ["HaystackFilterError", "HybridRetHaystackRetriever", "haystack_filter_to_hybridret", "hit_to_document"]
+
+
+class HaystackFilterError(_HybridRetFilterError, _HaystackFilterError):
+    """A Haystack filter hybridret cannot run (catchable as either library's ``FilterError``)."""
+
+
+# Document attributes that are not metadata: hybridret filters apply to metadata only
+_DOCUMENT_FIELDS = ("id", "content", "blob", "meta", "score", "embedding", "sparse_embedding")
+_RANGE = {">": "$gt", ">=": "$gte", "<": "$lt", "<=": "$lte"}
+_COMPARISONS = ("==", "!=", *_RANGE, "in", "not in")
+_LOGICAL = ("AND", "OR", "NOT")
+
+
+def hit_to_document(hit: Any) -> Document:
+    """A hybridret :class:`~hybridret.Hit` as a Haystack :class:`Document`."""
+    meta = {**hit.metadata, "title": hit.title, "scores": finite_scores(hit.scores)}
+    return Document(id=hit.id, content=hit.text, meta=meta, score=float(hit.score))
+
+
+def is_haystack_filter(filters: Any) -> bool:
+    """Whether a dict is in Haystack's syntax (a comparison or a logical node), not hybridret's."""
+    return isinstance(filters, dict) and "operator" in filters and ("field" in filters or "conditions" in filters)
+
+
+def _value(v: Any, where: str) -> Any:
+    if isinstance(v, (_dt.datetime, _dt.date)):
+        return v.isoformat()  # hybridret compares ISO dates as strings
+    if isinstance(v, (dict, list, tuple, set)):
+        raise HaystackFilterError(f"{where}: a {type(v).__name__} value cannot be compared with this operator")
+    return v
+
+
+def _field(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise HaystackFilterError(f"{where}: 'field' must be a non-empty string, got {name!r}")
+    if name.startswith("meta."):
+        return name[len("meta."):]
+    if name in _DOCUMENT_FIELDS:
+        raise HaystackFilterError(f"{where}: hybridret filters apply to metadata only; {name!r} is a Document "
+                                  "attribute (use 'meta.<key>')")
+    return name  # legacy filters name metadata keys without "meta."
+
+
+def _translate(node: Any, where: str) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise HaystackFilterError(f"{where}: expected a filter dict, got {type(node).__name__}")
+    if "operator" not in node:
+        raise HaystackFilterError(f"{where}: 'operator' key missing")
+    op = node["operator"]
+    if "field" not in node:  # logical
+        if op not in _LOGICAL:
+            raise HaystackFilterError(f"{where}: unknown logical operator {op!r} (supported: {', '.join(_LOGICAL)})")
+        conds = node.get("conditions")
+        if not isinstance(conds, list) or not conds:
+            raise HaystackFilterError(f"{where}: {op} needs a non-empty 'conditions' list")
+        parts = [_translate(c, f"{where}.conditions[{i}]") for i, c in enumerate(conds)]
+        if op == "NOT":  # Haystack: NOT(c1, c2, ...) = not (c1 and c2 and ...)
+            return {"$not": parts[0] if len(parts) == 1 else {"$and": parts}}
+        return {"$and" if op == "AND" else "$or": parts}
+    if op not in _COMPARISONS:
+        raise HaystackFilterError(f"{where}: unsupported comparison operator {op!r} "
+                                  f"(supported: {', '.join(repr(o) for o in _COMPARISONS)})")
+    if "value" not in node:
+        raise HaystackFilterError(f"{where}: 'value' key missing")
+    key, value = _field(node["field"], where), node["value"]
+    if op in ("in", "not in"):
+        if not isinstance(value, (list, tuple)):
+            raise HaystackFilterError(f"{where}: {op!r} needs a list value, got {type(value).__name__}")
+        return {key: {"$in" if op == "in" else "$nin": [_value(v, where) for v in value]}}
+    value = _value(value, where)
+    if op == "==":  # Haystack: a missing field is None, so "== None" matches it
+        return {"$or": [{key: None}, {key: {"$exists": False}}]} if value is None else {key: value}
+    if op == "!=":
+        return {"$and": [{key: {"$exists": True}}, {key: {"$ne": None}}]} if value is None else {key: {"$ne": value}}
+    if value is None:
+        raise HaystackFilterError(f"{where}: {op!r} cannot compare with None")
+    return {key: {_RANGE[op]: value}}
+
+
+def haystack_filter_to_hybridret(filters: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A Haystack filter as a hybridret (Mongo-style) filter; a hybridret filter is returned as it is.
+
+    ``{"field": "meta.x", "operator": OP, "value": v}`` -> ``==``: ``{"x": v}``, ``!=``:
+    ``{"x": {"$ne": v}}``, ``>``/``>=``/``<``/``<=``: ``$gt``/``$gte``/``$lt``/``$lte``, ``in``/``not in``:
+    ``$in``/``$nin``; ``"meta.a.b"`` -> ``"a.b"`` (nested); ``== None`` also matches a missing field and
+    ``!= None`` needs it present (Haystack reads a missing field as None). ``AND``/``OR`` ->
+    ``$and``/``$or``; ``NOT`` (Haystack: not all of the conditions) -> ``{"$not": {"$and": [...]}}``.
+    Dates/datetimes become ISO strings. Filters on Document attributes (``id``, ``content``,
+    ``score``, ...) and unknown operators raise :class:`HaystackFilterError`.
+    Differences that remain: on a list-valued field, ``==``/``in`` test membership (hybridret) where
+    Haystack compares the whole list; ranges on non-date strings compare strings (Haystack refuses).
+    """
+    if not filters:
+        return None
+    if is_haystack_filter(filters):
+        return _translate(filters, "filters")
+    if isinstance(filters, dict) and ("field" in filters or "conditions" in filters):
+        return _translate(filters, "filters")  # Haystack-shaped but incomplete: say what is missing
+    return filters
+
+
+@component
+class HybridRetHaystackRetriever:
+    """Retrieve documents from a hybridret index (a Searcher, a HybridRetriever, a hybridret Client or
+    an index directory, which opens a read-only Searcher).
+
+    ``top_k``, ``filters`` and ``method`` are the defaults ``run`` uses; ``filter_policy``
+    (``REPLACE``: runtime filters replace the init filters; ``MERGE``: both apply) as in Haystack's
+    own retrievers. Serialises (``to_dict``) to the index path or the server url.
+    """
+
+    def __init__(self, searcher: Any, *, top_k: int = 10, method: str = "hybrid",
+                 filters: dict[str, Any] | None = None,
+                 filter_policy: FilterPolicy | str = FilterPolicy.REPLACE) -> None:
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
+            raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
+        self.searcher = as_backend(searcher)
+        self.top_k = top_k
+        self.method = method
+        haystack_filter_to_hybridret(filters)  # fail at construction, not at the first query
+        self.filters = filters
+        self.filter_policy = (filter_policy if isinstance(filter_policy, FilterPolicy)
+                              else FilterPolicy.from_str(filter_policy))
+
+    def to_dict(self) -> dict[str, Any]:
+        return default_to_dict(self, searcher=location_of(self.searcher), top_k=self.top_k, method=self.method,
+                               filters=self.filters, filter_policy=self.filter_policy.value)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HybridRetHaystackRetriever:
+        init = dict(data.get("init_parameters", {}))
+        if "searcher" in init:
+            init["searcher"] = open_location(init["searcher"])
+        return default_from_dict(cls, {**data, "init_parameters": init})
+
+    def _filters(self, filters: dict[str, Any] | None) -> dict[str, Any] | None:
+        init, runtime = self.filters, filters
+        if self.filter_policy == FilterPolicy.MERGE and init and runtime:
+            if is_haystack_filter(init) and is_haystack_filter(runtime):
+                return haystack_filter_to_hybridret(apply_filter_policy(self.filter_policy, init, runtime))
+            return {"$and": [haystack_filter_to_hybridret(init), haystack_filter_to_hybridret(runtime)]}
+        return haystack_filter_to_hybridret(runtime or init)
+
+    @component.output_types(documents=list[Document])
+    def run(self, query: str, top_k: int | None = None, filters: dict[str, Any] | None = None
+            ) -> dict[str, list[Document]]:
+        """Search ``query``: ``top_k`` (default: the init value) documents matching ``filters``."""
+        k = self.top_k if top_k is None else top_k
+        hits = hits_per_query(self.searcher, [query], k, self.method, self._filters(filters))[0]
+        return {"documents": [hit_to_document(h) for h in hits]}
+
+    @component.output_types(documents=list[Document])
+    async def run_async(self, query: str, top_k: int | None = None, filters: dict[str, Any] | None = None
+                        ) -> dict[str, list[Document]]:
+        """:meth:`run` in a worker thread (AsyncPipeline)."""
+        return await asyncio.to_thread(self.run, query, top_k, filters)

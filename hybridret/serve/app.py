@@ -1,0 +1,523 @@
+"""The HTTP server: ``hybridret serve DIR``.
+
+Built on FastAPI + uvicorn because that is the Python ecosystem's default ASGI stack (what RAG
+frameworks and their users already run), the request/response models below are Pydantic models
+that FastAPI both validates and publishes as OpenAPI (interactive docs at ``/docs`` for free), and
+uvicorn brings a production-grade HTTP/1.1 server with graceful shutdown on SIGTERM/SIGINT.
+
+Reads go to the index's :class:`~hybridret.searcher.Searcher` (thread-safe), through the
+:class:`~hybridret.serve.batching.MicroBatcher`. Writes go through the one
+:class:`~hybridret.retriever.HybridRetriever` of the process, serialised by a lock; each is
+committed atomically before it is acknowledged, and the searcher moves to the new commit before the
+response is sent, so a client that got its acknowledgement finds its documents in the next search.
+
+Errors are JSON ``{"error": {"type": ..., "message": ...}}`` with a 4xx status for bad input
+(422 malformed request, 400 rejected by the library, 401 API key, 404 unknown ids, 409 an id that
+exists already or the index locked by another process, 413 body too large); a 500 only for a server fault, never with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .._version import __version__
+from ..errors import (
+    ConfigError,
+    CorpusFormatError,
+    DocumentNotFoundError,
+    HybridRetError,
+    IndexExistsError,
+    IndexLockedError,
+    IndexReadOnlyError,
+)
+from ..filters import parse_filter
+from ..hybrid import FusionConfig
+from ..searcher import check_queries
+from .auth import key_matches
+from .batching import MicroBatcher
+
+__all__ = ["MAX_BODY_BYTES", "ServeConfig", "create_app", "serve"]
+
+logger = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_K = 1000
+MAX_QUERY_CHARS = 4096
+MAX_QUERIES = 256
+MAX_DOCUMENTS = 10_000
+MAX_IDS = 100_000
+Method = Literal["hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr"]
+
+
+@dataclass
+class ServeConfig:
+    """Server settings (the ``hybridret serve`` options)."""
+
+    api_key: str | None = None
+    protect_reads: bool = False
+    batching: bool = True
+    batch_window_ms: float = 3.0
+    max_batch: int = 32
+    refresh_every: float | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+    search_threads: int = 2
+
+
+# -- request / response models ---------------------------------------------------------------------
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SearchRequest(_Strict):
+    """One query (``query``) or a batch (``queries``), and how to search."""
+
+    query: StrictStr | None = Field(None, max_length=MAX_QUERY_CHARS, description="one query")
+    queries: list[StrictStr] | None = Field(None, min_length=1, max_length=MAX_QUERIES,
+                                            description=f"a batch of up to {MAX_QUERIES} queries")
+    k: StrictInt = Field(10, ge=1, le=MAX_K, description="hits per query")
+    method: Method = Field("hybrid", description="hybrid (the index's tuned fusion, else GQR), a retriever "
+                                                 "(dense, sparse, bm25) or a fusion method (linear, rrf, gqr)")
+    filter: Union[dict[str, Any], StrictStr, None] = Field(
+        None, description='metadata filter applied before top-k, e.g. {"source": "wiki", "year": {"$gte": 2020}}')
+    fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.hybrid.FusionConfig)")
+    candidates: StrictInt | None = Field(None, ge=1, le=10_000, description="per-retriever depth of fused methods")
+    with_text: StrictBool = Field(True, description="return titles and texts with the hits")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> SearchRequest:
+        if (self.query is None) == (self.queries is None):
+            raise ValueError("give either 'query' (one string) or 'queries' (a list of strings)")
+        for i, q in enumerate(self.texts()):
+            if not q.strip():
+                raise ValueError("the query is empty" if self.query is not None else f"query #{i} is empty")
+            if len(q) > MAX_QUERY_CHARS:
+                raise ValueError(f"query #{i} is longer than {MAX_QUERY_CHARS} characters")
+        return self
+
+    def texts(self) -> list[str]:
+        return [self.query] if self.query is not None else list(self.queries or [])
+
+
+class MatchedTermOut(BaseModel):
+    term: str
+    query_weight: float
+    doc_weight: float
+    contribution: float
+    expansion: bool = Field(description="the term is absent from the document's text (a SPLADE expansion)")
+
+
+class HitOut(BaseModel):
+    id: str
+    rank: int
+    score: float | None = Field(description="the fused (or single retriever's) score")
+    scores: dict[str, float] = Field(description="each retriever's exact score of this hit")
+    title: str | None = None
+    text: str | None = None
+    metadata: dict[str, Any] = {}
+    matched_terms: list[MatchedTermOut] = []
+
+
+class QueryResult(BaseModel):
+    query: str
+    hits: list[HitOut]
+
+
+class SearchResponse(BaseModel):
+    method: str
+    resolved: str = Field(description="what ran, e.g. hybrid:gqr")
+    k: int
+    results: list[QueryResult] = Field(description="one entry per query, in the order given")
+    took_ms: float
+
+
+class DocumentIn(_Strict):
+    id: StrictStr | StrictInt = Field(description="unique document id")
+    text: StrictStr
+    title: StrictStr | None = None
+    metadata: dict[str, Any] | None = None
+
+    def to_library(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "text": self.text}
+        if self.title is not None:
+            out["title"] = self.title
+        if self.metadata is not None:
+            out["metadata"] = self.metadata
+        return out
+
+
+class DocumentsRequest(_Strict):
+    documents: list[DocumentIn] = Field(min_length=1, max_length=MAX_DOCUMENTS)
+    upsert: StrictBool = Field(False, description="replace documents whose id exists (else that is an error)")
+
+
+class DeleteRequest(_Strict):
+    ids: list[StrictStr] = Field(min_length=1, max_length=MAX_IDS)
+    ignore_missing: StrictBool = Field(False, description="delete the known ids, report the unknown ones")
+
+
+class WriteResponse(BaseModel):
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    skipped_empty: int = 0
+    encoded: int = 0
+    missing: list[str] = []
+    commit: int | None = None
+    num_docs: int = Field(description="live documents after this write")
+    took_ms: float
+
+
+class HealthResponse(BaseModel):
+    status: str
+    num_docs: int
+    commit: int | None
+
+
+class ErrorBody(BaseModel):
+    type: str
+    message: str
+    ids: list[str] | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+_ERRORS = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse}, 413: {"model": ErrorResponse},
+           422: {"model": ErrorResponse}}
+
+
+# -- errors ----------------------------------------------------------------------------------------
+class ApiError(Exception):
+    def __init__(self, status: int, type: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.type, self.message, self.extra = status, type, message, extra
+
+
+def _error(status: int, type: str, message: str, headers: dict[str, str] | None = None, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": {"type": type, "message": message, **extra}}, status_code=status, headers=headers)
+
+
+def _status_of(exc: HybridRetError) -> int:
+    if isinstance(exc, DocumentNotFoundError):
+        return 404
+    if isinstance(exc, (IndexLockedError, IndexExistsError)):
+        return 409  # another process writes the index / the document id exists (use upsert)
+    if isinstance(exc, IndexReadOnlyError):
+        return 503
+    if isinstance(exc, (ConfigError, CorpusFormatError)):
+        return 400
+    return 500
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = [str(x) for x in err.get("loc", ())][1:] if err.get("loc", ("",))[0] == "body" else \
+            [str(x) for x in err.get("loc", ())]
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        kind = err.get("type")
+        if kind == "json_invalid":
+            where = f" at position {loc[0]}" if loc else ""
+            msg, loc = f"the request body is not valid JSON ({err.get('ctx', {}).get('error', 'parse error')}{where})", []
+        elif kind == "missing" and not loc:
+            msg = "the request needs a JSON body (Content-Type: application/json)"
+        elif kind in ("model_attributes_type", "dict_type", "model_type") and not loc:
+            msg = "the request body must be a JSON object (sent with Content-Type: application/json)"
+        parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    more = len(exc.errors()) - 5
+    return "; ".join(parts) + (f" (and {more} more problems)" if more > 0 else "")
+
+
+# -- body size limit -------------------------------------------------------------------------------
+class BodyLimit:
+    """ASGI middleware: a request body over ``limit`` bytes gets 413 before the app sees it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Callable[[], Awaitable[Any]],
+                       send: Callable[[Any], Awaitable[None]]) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await self._reject(send, 400, "bad_request", "the Content-Length header is not a number")
+                    return
+                if declared > self.limit:
+                    await self._too_large(send)
+                    return
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                await self._too_large(send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, send: Callable[[Any], Awaitable[None]]) -> None:
+        await self._reject(send, 413, "payload_too_large",
+                           f"the request body is larger than {self.limit} bytes ({self.limit / 2**20:.0f} MiB); "
+                           "send fewer documents per request")
+
+    async def _reject(self, send: Callable[[Any], Awaitable[None]], status: int, type: str, message: str) -> None:
+        body = json.dumps({"error": {"type": type, "message": message}}).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})
+
+
+# -- the service -----------------------------------------------------------------------------------
+class Service:
+    """The state behind the app: the retriever (writes), its searcher (reads), the batcher."""
+
+    def __init__(self, retriever: Any, config: ServeConfig) -> None:
+        self.retriever = retriever
+        self.config = config
+        self.write_lock = threading.Lock()
+        self.batcher = MicroBatcher(self._run, window_ms=config.batch_window_ms, max_batch=config.max_batch,
+                                    enabled=config.batching, workers=config.search_threads)
+        self.started = time.time()
+        self.writes = 0
+
+    @property
+    def searcher(self) -> Any:
+        return self.retriever.searcher
+
+    def _run(self, queries: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
+        with_text = settings["with_text"]
+        hits = self.searcher.search(queries, settings["k"], method=settings["method"], filter=settings["filter"],
+                                    fusion=settings["fusion"], candidates=settings["candidates"])
+        return [{"resolved": hits.method, "hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
+                for i in range(len(hits))]
+
+    def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
+        start = time.perf_counter()
+        with self.write_lock:  # one writer; the commit is atomic, and the searcher refreshes inside
+            result = getattr(self.retriever, op)(*args, **kw)
+            self.writes += 1
+            out = result.to_dict()
+            out["num_docs"] = self.searcher.num_docs
+        out["took_ms"] = round((time.perf_counter() - start) * 1000, 3)
+        logger.info("%s: %s", op, {k: v for k, v in out.items() if v and k not in ("missing", "took_ms")})
+        return out
+
+    def close(self) -> None:
+        with self.write_lock:  # a write in progress finishes (and commits) first
+            self.batcher.close()
+
+
+def _load_retriever(index: Any) -> Any:
+    from ..retriever import HybridRetriever
+
+    if isinstance(index, HybridRetriever):
+        return index
+    return HybridRetriever.load(index, warm=True)
+
+
+def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> FastAPI:
+    """The FastAPI app over an index directory (or an already loaded
+    :class:`~hybridret.retriever.HybridRetriever`, e.g. to share its models between apps)."""
+    config = config or ServeConfig()
+    retriever = _load_retriever(index)
+    service = Service(retriever, config)
+    own_timer = False
+    if config.refresh_every is not None:
+        retriever.searcher.refresh_every(config.refresh_every)
+        own_timer = True
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> Any:
+        yield
+        await run_in_threadpool(service.close)
+        if own_timer:
+            retriever.searcher.close()
+        logger.info("server stopped; last commit %s", retriever.searcher.snapshot.commit)
+
+    app = FastAPI(title="hybridret", version=__version__, lifespan=lifespan,
+                  description="Hybrid dense + learned-sparse retrieval over one index. Search page at `/`.")
+    app.state.service = service
+    bearer = HTTPBearer(auto_error=False, description="the key in the server's --api-key-file")
+
+    def _check(creds: HTTPAuthorizationCredentials | None, needed: bool) -> None:
+        if not needed or config.api_key is None:
+            return
+        header = f"{creds.scheme} {creds.credentials}" if creds is not None else None
+        if not key_matches(header, config.api_key):
+            raise ApiError(401, "unauthorized", "a valid API key is required: send the header 'Authorization: "
+                                                "Bearer KEY' with the key from the server's --api-key-file")
+
+    def read_auth(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        _check(creds, config.protect_reads)
+
+    def write_auth(creds: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        _check(creds, True)
+
+    # -- error handlers --
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        return _error(exc.status, exc.type, exc.message, headers=headers, **exc.extra)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, "validation_error", _validation_message(exc))
+
+    @app.exception_handler(HybridRetError)
+    async def _library(request: Request, exc: HybridRetError) -> JSONResponse:
+        status = _status_of(exc)
+        if status >= 500:
+            logger.error("%s %s failed: %s", request.method, request.url.path, exc)
+        extra = {"ids": list(exc.ids)} if isinstance(exc, DocumentNotFoundError) else {}
+        return _error(status, type(exc).__name__, str(exc).replace("\n", " "), **extra)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        message = f"no such endpoint: {request.method} {request.url.path}" if exc.status_code == 404 else \
+            f"{request.method} is not allowed on {request.url.path}" if exc.status_code == 405 else str(exc.detail)
+        return _error(exc.status_code, kind, message, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        logger.exception("%s %s: internal error", request.method, request.url.path)
+        return _error(500, "internal_error", "internal server error (see the server's log)")
+
+    # -- reads --
+    @app.post("/search", response_model=SearchResponse, responses=_ERRORS, dependencies=[Depends(read_auth)],
+              summary="search with one query or a batch")
+    async def search(req: SearchRequest) -> dict[str, Any]:
+        start = time.perf_counter()
+        texts = check_queries(req.texts())  # lone surrogates from JSON escapes -> ConfigError (400)
+        filt = parse_filter(req.filter)
+        fusion = None
+        if req.fusion is not None:
+            try:
+                fusion = FusionConfig.from_dict(req.fusion)
+            except HybridRetError:
+                raise
+            except (TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise ConfigError(f"invalid fusion settings: {exc}") from None
+        key = (req.k, req.method, json.dumps(req.filter, sort_keys=True), json.dumps(req.fusion, sort_keys=True),
+               req.candidates, req.with_text)
+        settings = {"k": req.k, "method": req.method, "filter": filt, "fusion": fusion,
+                    "candidates": req.candidates, "with_text": req.with_text}
+        results = await service.batcher.submit(texts, key, settings)
+        resolved = results[0]["resolved"] if results else req.method
+        return {"method": req.method, "resolved": resolved, "k": req.k,
+                "results": [{"query": q, "hits": r["hits"]} for q, r in zip(texts, results)],
+                "took_ms": round((time.perf_counter() - start) * 1000, 3)}
+
+    @app.get("/health", response_model=HealthResponse, summary="liveness (never needs a key)")
+    async def health() -> dict[str, Any]:
+        snap = service.searcher.snapshot
+        return {"status": "ok", "num_docs": snap.num_docs, "commit": snap.commit}
+
+    @app.get("/info", dependencies=[Depends(read_auth)], responses=_ERRORS,
+             summary="counts, encoders, fusion configuration, segments, batching statistics")
+    async def info() -> dict[str, Any]:
+        searcher = service.searcher
+        snap = searcher.snapshot
+        manifest = snap.manifest
+        default = searcher.fusion_config("hybrid", None, snap)
+        return {
+            "version": __version__, "index": str(searcher.root), "commit": snap.commit,
+            "saved_at": manifest.get("saved_at"), "num_docs": snap.num_docs, "num_deleted": snap.num_deleted,
+            "encoder": manifest.get("encoder"), "components": manifest.get("components", {}),
+            "available": searcher.available(snap), "methods": list(Method.__args__),  # type: ignore[attr-defined]
+            "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
+            "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
+            "batching": {**service.batcher.config(), **service.batcher.stats.to_dict()},
+            "auth": {"writes": config.api_key is not None, "reads": config.api_key is not None and config.protect_reads},
+            "limits": {"k": MAX_K, "query_chars": MAX_QUERY_CHARS, "queries": MAX_QUERIES,
+                       "documents": MAX_DOCUMENTS, "body_bytes": config.max_body_bytes},
+            "writes": service.writes, "uptime_s": round(time.time() - service.started, 3),
+        }
+
+    # -- writes --
+    @app.post("/documents", response_model=WriteResponse, responses=_ERRORS, dependencies=[Depends(write_auth)],
+              summary="add documents (or upsert them); answered after the commit")
+    async def add_documents(req: DocumentsRequest) -> dict[str, Any]:
+        docs = [d.to_library() for d in req.documents]
+        return await run_in_threadpool(service.write, "upsert" if req.upsert else "add", docs, show_progress=False)
+
+    @app.delete("/documents", response_model=WriteResponse, dependencies=[Depends(write_auth)],
+                responses={**_ERRORS, 404: {"model": ErrorResponse}},
+                summary="delete documents by id (unknown ids: 404 and nothing deleted, unless ignore_missing)")
+    async def delete_documents(req: DeleteRequest) -> dict[str, Any]:
+        return await run_in_threadpool(service.write, "delete", req.ids,
+                                       missing="ignore" if req.ignore_missing else "error")
+
+    @app.post("/compact", response_model=WriteResponse, responses=_ERRORS, dependencies=[Depends(write_auth)],
+              summary="merge segments and drop deleted documents")
+    async def compact() -> dict[str, Any]:
+        return await run_in_threadpool(service.write, "compact", show_progress=False)
+
+    # -- the search page --
+    @app.get("/", include_in_schema=False)
+    async def page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.add_middleware(BodyLimit, limit=config.max_body_bytes)
+    return app
+
+
+def serve(index: str | Path, *, host: str = "127.0.0.1", port: int = 8000, config: ServeConfig | None = None,
+          log_level: str = "info") -> None:
+    """Load the index and its models, then serve until SIGINT/SIGTERM (in-flight requests finish)."""
+    import uvicorn
+
+    config = config or ServeConfig()
+    if config.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("serving on %s without --api-key-file: anyone who can reach it can change the index", host)
+    app = create_app(index, config)
+    logger.info("serving %s on http://%s:%d (search page /, API docs /docs; batching %s)", index,
+                host if ":" not in host else f"[{host}]", port,
+                f"on, {config.batch_window_ms:g} ms window, up to {config.max_batch}" if config.batching else "off")
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                           timeout_graceful_shutdown=60, lifespan="on"))
+    asyncio.run(server.serve())

@@ -1,0 +1,168 @@
+// The hybridret search page: plain DOM, no framework, nothing loaded from elsewhere.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const SNIPPET_CHARS = 600;
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  return node;
+}
+
+function fmt(x) {
+  if (x === null || x === undefined || Number.isNaN(x)) return "–";
+  const a = Math.abs(x);
+  return a >= 100 ? x.toFixed(1) : a >= 10 ? x.toFixed(2) : x.toFixed(3);
+}
+
+// Does a word of the text contain one of the matched (non-expansion) sparse terms?
+// Terms are word pieces: "bread", or "##ing" (a continuation of a word).
+function wordMatches(word, terms) {
+  const w = word.toLowerCase().normalize("NFD").replace(/[\u0300-\u036f]/g, "");
+  for (const t of terms) {
+    if (t.startsWith("##")) {
+      const piece = t.slice(2);
+      if (piece.length >= 3 && w.length > piece.length && w.endsWith(piece)) return true;
+    } else if (w === t || (t.length >= 4 && w.startsWith(t))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The text as DOM nodes, matched terms wrapped in <mark> (built with text nodes: no HTML injection).
+function highlighted(text, terms) {
+  const frag = document.createDocumentFragment();
+  const parts = text.split(/([\p{L}\p{N}]+)/u);
+  for (let i = 0; i < parts.length; i++) {
+    const part = parts[i];
+    if (!part) continue;
+    if (i % 2 === 1 && terms.length && wordMatches(part, terms)) frag.appendChild(el("mark", null, part));
+    else frag.appendChild(document.createTextNode(part));
+  }
+  return frag;
+}
+
+function barRow(name, value, max, cls) {
+  const row = el("div", "bar-row");
+  row.appendChild(el("span", "name", name));
+  const bar = el("div", "bar " + cls);
+  const fill = el("span");
+  const frac = max > 0 && value !== null ? Math.max(0.02, Math.min(1, value / max)) : 0;
+  fill.style.width = (frac * 100).toFixed(1) + "%";
+  bar.appendChild(fill);
+  row.appendChild(bar);
+  row.appendChild(el("span", "val", fmt(value)));
+  row.title = name + " score " + (value === null ? "n/a" : value);
+  return row;
+}
+
+function renderHit(hit, maxima) {
+  const li = el("li", "hit");
+  li.dataset.id = hit.id;
+  const head = el("div", "head");
+  head.appendChild(el("span", "rank", hit.rank + "."));
+  head.appendChild(el("span", "title", hit.title || hit.id));
+  head.appendChild(el("span", "id", hit.id));
+  li.appendChild(head);
+
+  const body = el("div", "body");
+  const terms = (hit.matched_terms || []);
+  const literal = terms.filter((m) => !m.expansion).map((m) => m.term.toLowerCase());
+  let text = hit.text || "";
+  if (text.length > SNIPPET_CHARS) text = text.slice(0, SNIPPET_CHARS).replace(/\s+\S*$/, "") + " …";
+  const p = el("p", "snippet");
+  p.appendChild(highlighted(text, literal));
+  body.appendChild(p);
+
+  const expansion = terms.filter((m) => m.expansion);
+  if (expansion.length) {
+    const exp = el("div", "exp");
+    exp.appendChild(el("span", "label", "expansion terms:"));
+    for (const m of expansion.slice(0, 12)) {
+      const chip = el("span", "chip", m.term);
+      chip.title = "contribution " + fmt(m.contribution) + " (not in the text)";
+      exp.appendChild(chip);
+    }
+    body.appendChild(exp);
+  }
+  const meta = Object.entries(hit.metadata || {});
+  if (meta.length) {
+    const box = el("div", "meta");
+    box.appendChild(el("span", "label", "metadata:"));
+    for (const [key, value] of meta.slice(0, 12)) {
+      box.appendChild(el("span", "chip", key + ": " + (typeof value === "string" ? value : JSON.stringify(value))));
+    }
+    body.appendChild(box);
+  }
+  li.appendChild(body);
+
+  const scores = el("div", "scores");
+  scores.appendChild(barRow("fused", hit.score, maxima.fused, "fused"));
+  for (const name of ["dense", "sparse", "bm25"]) {
+    if (name in (hit.scores || {})) scores.appendChild(barRow(name, hit.scores[name], maxima[name], name));
+  }
+  li.appendChild(scores);
+  return li;
+}
+
+function showError(message) {
+  const box = $("error");
+  box.textContent = message;
+  box.hidden = !message;
+}
+
+async function search(event) {
+  if (event) event.preventDefault();
+  const query = $("q").value.trim();
+  showError("");
+  if (!query) { showError("Type a query first."); return; }
+  const body = { query, k: Number($("k").value) || 10, method: $("method").value };
+  const filter = $("filter").value.trim();
+  if (filter) {
+    try { body.filter = JSON.parse(filter); } catch (e) { showError("The filter is not valid JSON: " + e.message); return; }
+  }
+  const headers = { "Content-Type": "application/json" };
+  const key = $("apikey").value.trim();
+  if (key) headers.Authorization = "Bearer " + key;
+  $("go").disabled = true;
+  $("results").setAttribute("aria-busy", "true");
+  try {
+    const resp = await fetch("/search", { method: "POST", headers, body: JSON.stringify(body) });
+    const data = await resp.json();
+    if (!resp.ok) {
+      showError((data.error && data.error.message) || ("HTTP " + resp.status));
+      $("results").replaceChildren();
+      $("summary").textContent = "";
+      return;
+    }
+    const hits = data.results[0].hits;
+    const maxima = { fused: 0, dense: 0, sparse: 0, bm25: 0 };
+    for (const h of hits) {
+      maxima.fused = Math.max(maxima.fused, h.score || 0);
+      for (const [n, v] of Object.entries(h.scores || {})) maxima[n] = Math.max(maxima[n] || 0, v);
+    }
+    $("results").replaceChildren(...hits.map((h) => renderHit(h, maxima)));
+    $("summary").textContent = hits.length + " hits · " + data.resolved + " · " + data.took_ms.toFixed(1) + " ms";
+  } catch (e) {
+    showError("The server did not answer: " + e.message);
+  } finally {
+    $("go").disabled = false;
+    $("results").removeAttribute("aria-busy");
+  }
+}
+
+async function status() {
+  try {
+    const resp = await fetch("/health");
+    const h = await resp.json();
+    $("status").textContent = h.num_docs + " documents · commit " + h.commit;
+  } catch (e) {
+    $("status").textContent = "server unreachable";
+  }
+}
+
+$("search-form").addEventListener("submit", search);
+status();
