@@ -40,7 +40,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SETTINGS: dict[str, Any] = {
     "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "planes", "sparse_bits": 6,
-    "sparse_max_weight": 5.0, "bm25": True, "store_text": True,
+    "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
 }
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source")  # carried from commit to commit
 _DOC_KEYS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
@@ -429,25 +429,44 @@ class IndexWriter:
     def compact(self, *, reuse: Mapping[str, Any] | None = None, show_progress: bool | None = None) -> WriteResult:
         """Merge every segment into one and drop tombstoned documents, re-encoding nothing. BM25
         statistics then equal those of a fresh build of the live documents."""
+        snap = self.snapshot(reuse)
+        if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0):
+            return WriteResult()
+        return self._merge(snap, list(range(len(snap.segments))), show_progress=show_progress, what="compacted")
+
+    def merge_small(self, *, reuse: Mapping[str, Any] | None = None) -> WriteResult | None:
+        """The merge policy run after each add/upsert: while there are more than ``max_segments``
+        segments, merge the smallest ones (by live documents) into one, so that searches never pay
+        for many small segments. ``None`` when nothing needed merging."""
+        limit = int(self.settings.get("max_segments") or 0)
+        if limit < 1 or self.manifest is None or len(self.manifest["segments"]) <= limit:
+            return None
+        snap = self.snapshot(reuse)
+        sizes = [s.num_docs - len(d) for s, d in zip(snap.segments, snap.deleted)]  # type: ignore[union-attr]
+        n_merge = len(sizes) - limit + 1
+        chosen = sorted(sorted(range(len(sizes)), key=lambda i: (sizes[i], i))[:n_merge])
+        return self._merge(snap, chosen, show_progress=False, what="merged")  # type: ignore[arg-type]
+
+    def _merge(self, snap: Snapshot, chosen: list[int], *, show_progress: bool | None, what: str) -> WriteResult:
+        """Rewrite segments ``chosen`` (indices, in order) as one, without their tombstoned rows; the
+        merged segment takes the place of the first of them."""
         from tqdm.auto import tqdm
 
         from .encoders._hf import progress_enabled
 
-        result = WriteResult()
-        snap = self.snapshot(reuse)
-        if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0):
-            return result
         if self.settings["bm25"] and not self.settings["store_text"]:
             raise ConfigError(f"{self.root} keeps no document text (store_text=False), which BM25 needs to be "
-                              "rebuilt; compaction is impossible: rebuild the index from the corpus")
+                              "rebuilt; segments cannot be merged: rebuild the index from the corpus")
         shape = self._shape(snap)
+        total = sum(snap.segments[i].num_docs - len(snap.deleted[i]) for i in chosen)
         seg_dir = new_segment(self.root)
         writer = SegmentWriter(seg_dir, dense_dim=shape["dense_dim"], vocab_size=shape["vocab_size"],
                                settings=self.settings)
-        bar = tqdm(total=snap.num_docs, desc="compacting", unit="doc",
-                   disable=not progress_enabled(show_progress, snap.num_docs, COMPACT_CHUNK))
+        bar = tqdm(total=total, desc="compacting" if what == "compacted" else "merging", unit="doc",
+                   disable=not progress_enabled(show_progress, total, COMPACT_CHUNK))
         try:
-            for i, seg in enumerate(snap.segments):
+            for i in chosen:
+                seg = snap.segments[i]
                 live = np.flatnonzero(snap.live[i]) if snap.live[i] is not None else np.arange(seg.num_docs)
                 for a in range(0, len(live), COMPACT_CHUNK):
                     rows = live[a:a + COMPACT_CHUNK]
@@ -464,19 +483,29 @@ class IndexWriter:
                                [d.full_text for d in docs], [d.metadata for d in docs], enc, keys)
                     bar.update(len(rows))
             bar.close()
-            writer.close()
+            if writer.count:
+                writer.close()
         except BaseException:
             bar.close()
             writer.abort()
             raise
-        entries = [{"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0}] \
-            if writer.count else []
+        merged = {"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0}
         if not writer.count:
+            writer.abort()
+        entries: list[dict[str, Any]] = []
+        for i, entry in enumerate(self.manifest["segments"]):  # type: ignore[index]
+            if i == chosen[0] and writer.count:
+                entries.append(merged)
+            if i not in chosen:
+                entries.append(dict(entry))
+        result = WriteResult(deleted=sum(len(snap.deleted[i]) for i in chosen))
+        try:
+            result.commit = self._commit(entries, {}, shape)
+        except BaseException:
             shutil.rmtree(seg_dir, ignore_errors=True)
-        result.deleted = snap.num_deleted
-        result.commit = self._commit(entries, {}, shape)
-        logger.info("compacted %d segments into %d (%d documents, %d tombstones dropped)", len(snap.segments),
-                    len(entries), writer.count, snap.num_deleted)
+            raise
+        logger.info("%s %d segments into %d (%d documents, %d tombstones dropped); %d segments now", what,
+                    len(chosen), 1 if writer.count else 0, writer.count, result.deleted, len(entries))
         return result
 
 

@@ -44,19 +44,20 @@ class HybridRetriever:
     Settings: ``faiss_factory`` (any FAISS factory string, default exact ``"Flat"``),
     ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_scheme`` / ``sparse_bits`` / ``sparse_max_weight``
     (how learned weights become tantivy tokens: bit planes, or that many weight buckets; results stay
-    exact whatever they are, only speed changes), ``bm25`` (index the text for BM25) and
-    ``store_text`` (keep texts for hit views).
+    exact whatever they are, only speed changes), ``bm25`` (index the text for BM25),
+    ``store_text`` (keep texts for hit views) and ``max_segments`` (after an add or upsert, the
+    smallest segments are merged while there are more; 0 = never merge automatically).
     """
 
     def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "Flat", faiss_metric: str = "ip",
                  sparse_scheme: str = "planes", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
-                 bm25: bool = True, store_text: bool = True, device: str | None = None) -> None:
+                 bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None) -> None:
         prepare_native_libraries()
         self.device = device
         self.settings: dict[str, Any] = {
             "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "sparse_scheme": sparse_scheme,
             "sparse_bits": sparse_bits, "sparse_max_weight": sparse_max_weight, "bm25": bm25,
-            "store_text": store_text,
+            "store_text": store_text, "max_segments": max_segments,
         }
         self._slot = EncoderSlot(encoder, None, device)
         self._root: Path | None = None
@@ -179,6 +180,8 @@ class HybridRetriever:
         with self._writer(self._root) as w:
             result = w.write(documents, mode=mode, reuse=self._reuse(), **kw)
             self._after_write(w)
+            if result.commit is not None and w.merge_small(reuse=self._reuse()) is not None:
+                self._after_write(w)  # the add is committed (and acknowledged) before the merge
         return result
 
     def add(self, documents: Iterable[Any], **kw: Any) -> WriteResult:

@@ -526,3 +526,34 @@ def test_cli_add_delete_compact_and_filtered_search(paired_encoder, sample_docs,
     assert main(["-q", "info", str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["num_docs"] == 49 and len(info["segments"]) == 1
+
+
+def test_merge_policy_keeps_few_segments_and_results_unchanged(paired_encoder, sample_docs, queries, cache, tmp_path):
+    r = HybridRetriever(paired_encoder, max_segments=3).index(sample_docs[:50], encode_cache=cache,
+                                                              workdir=tmp_path / "idx")
+    fresh_docs = list(sample_docs[:50])
+    for a in range(50, 170, 20):
+        r.add(sample_docs[a:a + 20], encode_cache=cache)
+        fresh_docs += sample_docs[a:a + 20]
+        r.delete([sample_docs[a]["id"]])
+        fresh_docs = [d for d in fresh_docs if d["id"] != sample_docs[a]["id"]]
+        assert len(r.searcher.snapshot.segments) <= 3
+    snap = r.searcher.snapshot
+    assert r.num_docs == len(fresh_docs) == 164
+    by_id = {d["id"]: d for d in fresh_docs}
+    fresh = build(paired_encoder, [by_id[i] for i in sorted(by_id, key=snap.row_of)], cache, tmp_path / "fresh")
+    for method in ("dense", "sparse"):
+        x, y = r.search(queries, k=K, method=method), fresh.search(queries, k=K, method=method)
+        np.testing.assert_allclose(x.scores, y.scores, rtol=1e-5, atol=1e-6)
+
+
+def test_exhaustive_sparse_path_equals_the_tantivy_proof(living, queries):
+    snap = living.searcher.snapshot
+    q = living.encode_queries(queries, {"sparse"})
+    for seg, live in zip(snap.segments, snap.live):
+        for allowed in (None, live, np.arange(seg.num_docs) % 3 == 0):
+            a = seg.sparse.search(q.sparse, K, allowed=allowed)
+            b = seg.sparse.search_exhaustive(q.sparse, K, allowed=allowed)
+            np.testing.assert_allclose(a[1], b[1], rtol=1e-5, atol=1e-6)
+            same = (a[0] == b[0]) | np.isclose(a[1], b[1], rtol=1e-5)  # ties may pick either row
+            assert same.all()

@@ -430,6 +430,34 @@ class SparseIndex:
         _run(one, n, threads)
         return rows, scores
 
+    def search_exhaustive(self, queries: sp.csr_matrix, k: int, *, allowed: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """The same exact top-k as :meth:`search` (score > 0, ties by row), by scoring every
+        document with one sparse product for the batch: the fast path for small indexes."""
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
+        q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
+        q.sum_duplicates()
+        scores = np.asarray((q @ self.forward.T).todense(), dtype=np.float32)  # (nq, n)
+        if allowed is not None:
+            scores[:, ~np.asarray(allowed, dtype=bool)] = 0.0
+        n = scores.shape[1]
+        kk = min(k, n)
+        rows = np.full((scores.shape[0], k), -1, dtype=np.int64)
+        out = np.full((scores.shape[0], k), -np.inf, dtype=np.float32)
+        if kk == 0:
+            return rows, out
+        for i in range(scores.shape[0]):
+            s = scores[i]
+            cand = np.argpartition(-s, kk - 1)[:kk] if kk < n else np.arange(n)
+            edge = s[cand].min()
+            cand = np.flatnonzero(s >= edge)  # every row tied at the edge competes: ties by row
+            order = cand[np.lexsort((cand, -s[cand]))][:k]
+            order = order[s[order] > 0]
+            rows[i, : len(order)] = order
+            out[i, : len(order)] = s[order]
+        return rows, out
+
     # -- BM25 ---------------------------------------------------------------------------------
     def bm25_tokens(self, text: str) -> list[str]:
         """The analysed tokens of a query (English stemming and stop words, as the text field)."""

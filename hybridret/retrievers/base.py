@@ -55,6 +55,9 @@ class Retriever(ABC):
     name: ClassVar[str]
     needs: ClassVar[str]
     positive_only: ClassVar[bool] = True
+    # a segment with at most this many allowed rows is scored exhaustively (exact, and cheaper than
+    # a deep fetch); retrievers whose exact scoring is expensive lower it
+    exhaustive_max: ClassVar[int] = EXHAUSTIVE_MAX
 
     @abstractmethod
     def available(self, snap: Snapshot) -> bool:
@@ -131,7 +134,7 @@ def search_rows(r: Retriever, snap: Snapshot, q: QueryBatch, k: int, filt: Filte
         n_allowed = seg.num_docs if allowed is None else int(np.count_nonzero(allowed))
         if n_allowed == 0 or nq == 0:
             continue
-        if allowed is not None and n_allowed <= EXHAUSTIVE_MAX:
+        if allowed is not None and n_allowed <= r.exhaustive_max:
             rows, scores = _exhaustive(r, snap, i, q, k, allowed, ctx)
         else:
             rows, scores = r.search_segment(snap, i, q, k, allowed, ctx)

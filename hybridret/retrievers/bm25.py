@@ -28,6 +28,9 @@ def _idf(df: int, n: int) -> float:
 class BM25Retriever(Retriever):
     name = "bm25"
     needs = "text"
+    # exact BM25 of given rows is a term-set query (3.6 ms/query at 1,464 rows on the 30k pool,
+    # benchmarks/living.py), a filtered deep fetch is far cheaper until very few rows are allowed
+    exhaustive_max = 128
 
     def available(self, snap: Snapshot) -> bool:
         return bool(snap.segments) and all(s.sparse is not None and s.sparse.meta.get("bm25")
