@@ -65,8 +65,9 @@ _BY_TYPE: dict[str, type[HybridRetError]] = {
 @dataclass
 class RemoteHits:
     """Search results from a server, shaped like :class:`~hybridret.types.Hits`: ``ids`` (object
-    array, ``""`` padding) and ``scores`` (``-inf`` padding) of shape ``(nq, k)``, ``components``
-    (per-retriever scores: ``-inf`` padding, NaN for a hit that retriever did not score) and ``hits[i]`` -> list of :class:`Hit`."""
+    array, ``""`` padding) and ``scores`` (``-inf`` padding) of shape ``(nq, k)``,
+    ``components`` (per-retriever scores: ``-inf`` padding, NaN for a hit that retriever did not
+    score) and ``hits[i]`` -> list of :class:`Hit`."""
 
     queries: list[str]
     method: str

@@ -7,8 +7,9 @@ short window (``window_ms``) and share the same search settings (k, method, filt
 candidates), runs one :meth:`Searcher.search` over all their queries in a worker thread, and hands
 each request its own rows of the result. A batch is sealed early when it reaches ``max_batch``
 queries; a batch whose window is over but finds every worker busy keeps taking requests until one
-is free, so batches grow with the load instead of queueing up small. With ``enabled=False`` every request runs alone (the baseline the batching is measured
-against; see ``benchmarks/serve_load.py``).
+is free, so batches grow with the load instead of queueing up small. With ``enabled=False``
+every request runs alone (the baseline the batching is measured against; see
+``benchmarks/serve_load.py``).
 
 :attr:`MicroBatcher.stats` counts the ``search`` calls made (each encodes its queries in one
 encoder call) and the queries they carried, so the effect can be measured on a live server.
@@ -92,7 +93,7 @@ class MicroBatcher:
         self.enabled = enabled
         self.workers = workers
         self.stats = BatchStats()
-        self._pool = ThreadPoolExecutor(max_workers=workers if enabled else max(workers, 4),
+        self._pool = ThreadPoolExecutor(max_workers=workers,
                                         thread_name_prefix="hybridret-search")
         self._open: dict[Hashable, _Pending] = {}  # per key: the batch that still takes requests
         self._queue: deque[_Pending] = deque()  # batches not yet running, oldest first
