@@ -86,9 +86,12 @@ class FusionConfig:
         kw = dict(data)
         if "gqr" in kw and isinstance(kw["gqr"], Mapping):
             kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))
-        if "retrievers" in kw:
-            kw["retrievers"] = tuple(kw["retrievers"])
-        return cls(**kw)
+        try:
+            if "retrievers" in kw:
+                kw["retrievers"] = tuple(kw["retrievers"])
+            return cls(**kw)
+        except TypeError as exc:  # e.g. {"depth": "a"}: a setting of the wrong type
+            raise ConfigError(f"invalid fusion settings {dict(data)!r}: {exc}") from None
 
     def with_(self, **changes: Any) -> FusionConfig:
         return replace(self, **changes)
