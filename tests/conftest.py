@@ -12,6 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # encoding right after a FAISS search ran ~15x slower. Passive waiting removes that. Set before
 # torch/faiss are imported (this file is imported first); child processes inherit it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# haystack-ai sends anonymous usage telemetry by default; tests reach no network (and must not try)
+os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 SMALL_CORPUS: list[dict[str, str]] = [
     {"id": "d01", "title": "Photosynthesis",

@@ -98,6 +98,8 @@ def _write_corpora(root: Path) -> None:
     changed = dict(rows[0], text="The Louvre museum in Paris holds the Mona Lisa.", source="wiki", year=2024)
     (root / "changed.jsonl").write_text(json.dumps(changed) + "\n")
     (root / "stale.txt").write_text("doc3\nnot-an-id\n")
+    (root / "questions.txt").write_text("museum in paris\nsourdough bread\n")
+    (root / "runs").mkdir(exist_ok=True)
 
 
 def test_readme_cli_cheap_commands_run(workdir, capsys):

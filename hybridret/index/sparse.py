@@ -44,6 +44,7 @@ logger = logging.getLogger(__name__)
 FORMAT = "hybridret-sparse-v1"
 BM25_TOKENIZER = "hybridret_en"
 SCHEMES = ("planes", "buckets")
+INVERTED_MAX = 8192  # indexes up to this many documents keep an in-memory inverted copy
 _REL_TOL = 1e-5  # float32 summation slack in tantivy's scores
 _ABS_TOL = 1e-6
 
@@ -261,6 +262,8 @@ class SparseIndex:
         if indptr.shape[0] != n + 1 or indices.shape[0] != int(meta["nnz"]) or data.shape[0] != indices.shape[0]:
             raise IndexFormatError(f"{self.root}: forward store does not match meta.json (truncated write?)")
         self.forward = sp.csr_matrix((data, indices, indptr), shape=(n, self.vocab_size), copy=False)
+        # small indexes (what adds make) also keep an in-memory inverted copy for exhaustive scoring
+        self.inverted = self.forward.T.tocsr() if n <= INVERTED_MAX else None
         if (self.root / "slot_weight.npy").is_file():
             self.slot_weight = load_npy(self.root / "slot_weight.npy", mmap=False)
         else:  # early v1 indexes stored only the bitmask of populated planes per term
@@ -438,7 +441,10 @@ class SparseIndex:
             raise ConfigError(f"k must be positive, got {k}")
         q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
         q.sum_duplicates()
-        scores = np.asarray((q @ self.forward.T).todense(), dtype=np.float32)  # (nq, n)
+        if self.inverted is not None:  # term -> postings: touches only the query terms' postings
+            scores = np.asarray((q @ self.inverted).todense(), dtype=np.float32)  # (nq, n)
+        else:
+            scores = np.ascontiguousarray(np.asarray((self.forward @ q.T).todense(), dtype=np.float32).T)
         if allowed is not None:
             scores[:, ~np.asarray(allowed, dtype=bool)] = 0.0
         n = scores.shape[1]

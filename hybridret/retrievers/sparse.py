@@ -12,7 +12,7 @@ from .base import QueryBatch, Retriever
 __all__ = ["SparseRetriever"]
 
 
-SMALL_SEGMENT = 8192  # segments up to this size are scored exhaustively (one sparse product per batch)
+from ..index.sparse import INVERTED_MAX as SMALL_SEGMENT  # scored exhaustively up to this size
 
 
 class SparseRetriever(Retriever):
