@@ -13,7 +13,17 @@ import scipy.sparse as sp
 from ..models import LOAD_LOCK
 from .identity import model_fingerprint
 
-__all__ = ["EncodedBatch", "Encoder"]
+__all__ = ["EncodedBatch", "Encoder", "loaded"]
+
+
+def loaded(attr: str, doc: str) -> Any:
+    """A read-only property that loads the encoder's models first (see :meth:`Encoder.warm`),
+    then returns ``self.<attr>``: what lazy encoders expose (runners, vocabularies, dimensions)."""
+    def get(self: Encoder) -> Any:
+        self.warm()
+        return getattr(self, attr)
+
+    return property(get, doc=doc)
 
 
 @dataclass

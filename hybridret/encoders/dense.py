@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from ..models import DEFAULT_DENSE_MODEL, is_hub_id, model_location, resolve_model
 from ._hf import TransformerRunner, check_max_length, check_pooling, pick_device, pool
-from .base import EncodedBatch, Encoder
+from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["DenseEncoder", "assemble_dense"]
 
@@ -71,16 +71,9 @@ class DenseEncoder(Encoder):
         self.max_length = runner.max_length
         self._runner = runner
 
-    @property
-    def runner(self) -> TransformerRunner:
-        """The tokenizer and model (loaded on first use)."""
-        self.warm()
-        return cast(TransformerRunner, self._runner)
+    runner = loaded("_runner", "The tokenizer and model (loaded on first use).")
 
-    @property
-    def dense_dim(self) -> int:  # type: ignore[override]
-        self.warm()
-        return self._dim
+    dense_dim = loaded("_dim", "Size of the dense vectors (loaded on first use).")
 
     @property
     def has_dense(self) -> bool:

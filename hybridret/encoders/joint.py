@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ..errors import EncoderError
 from ..models import is_hub_id, model_location, resolve_model
 from ._hf import TransformerRunner, check_max_length, check_pooling, pick_device, pool
-from .base import EncodedBatch, Encoder
+from .base import EncodedBatch, Encoder, loaded
 from .dense import assemble_dense, normalise
 from .splade import assemble_sparse, check_top_k, sparse_head, splade_weights, to_csr
 
@@ -95,45 +95,20 @@ class JointEncoder(Encoder):
         self._query_runner = query_runner
         self._runner = runner
 
-    @property
-    def runner(self) -> TransformerRunner:
-        """The document tower's tokenizer and model (loaded on first use)."""
-        self.warm()
-        return cast(TransformerRunner, self._runner)
+    runner = loaded("_runner", "The document tower's tokenizer and model (loaded on first use).")
 
-    @property
-    def query_runner(self) -> TransformerRunner:
-        """The query tower's tokenizer and model (the document tower's without a query model)."""
-        self.warm()
-        return cast(TransformerRunner, self._query_runner)
+    query_runner = loaded("_query_runner", "The query tower's tokenizer and model (the document tower's "
+                                           "without a query model).")
 
-    @property
-    def keep(self) -> Any:
-        """The sparse vocabulary mask (a float tensor on the device)."""
-        self.warm()
-        return self._keep
+    keep = loaded("_keep", "The sparse vocabulary mask (a float tensor on the device).")
 
-    @property
-    def projection(self) -> Any:
-        """The document tower's dense projection (``None`` without one)."""
-        self.warm()
-        return self._projection
+    projection = loaded("_projection", "The document tower's dense projection (``None`` without one).")
 
-    @property
-    def query_projection(self) -> Any:
-        """The query tower's dense projection (``None`` without one)."""
-        self.warm()
-        return self._query_projection
+    query_projection = loaded("_query_projection", "The query tower's dense projection (``None`` without one).")
 
-    @property
-    def dense_dim(self) -> int:  # type: ignore[override]
-        self.warm()
-        return self._dim
+    dense_dim = loaded("_dim", "Size of the dense vectors (loaded on first use).")
 
-    @property
-    def vocab(self) -> list[str]:  # type: ignore[override]
-        self.warm()
-        return self._vocab
+    vocab = loaded("_vocab", "The sparse vocabulary, term id -> token (loaded on first use).")
 
     @property
     def has_dense(self) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from ..errors import EncoderError
 from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
 from ._hf import TransformerRunner, check_max_length, pick_device
-from .base import EncodedBatch, Encoder
+from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["SpladeEncoder", "sparse_vocab_mask", "splade_weights"]
 
@@ -143,22 +143,11 @@ class SpladeEncoder(Encoder):
         self.max_length = runner.max_length
         self._runner = runner
 
-    @property
-    def runner(self) -> TransformerRunner:
-        """The tokenizer and model (loaded on first use)."""
-        self.warm()
-        return cast(TransformerRunner, self._runner)
+    runner = loaded("_runner", "The tokenizer and model (loaded on first use).")
 
-    @property
-    def keep(self) -> Any:
-        """The sparse vocabulary mask (a float tensor on the device)."""
-        self.warm()
-        return self._keep
+    keep = loaded("_keep", "The sparse vocabulary mask (a float tensor on the device).")
 
-    @property
-    def vocab(self) -> list[str]:  # type: ignore[override]
-        self.warm()
-        return self._vocab
+    vocab = loaded("_vocab", "The sparse vocabulary, term id -> token (loaded on first use).")
 
     @property
     def has_dense(self) -> bool:

@@ -87,14 +87,13 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def atomic_write_json(path: str | Path, data: Any) -> None:
-    """Write JSON to a temporary sibling, fsync it, then rename over ``path`` (atomic on POSIX)."""
-    path = Path(path)
+def _atomic_write(path: Path, write: Any, mode: str) -> None:
+    """Write through ``write(fh)`` to a temporary sibling, fsync it, then rename over ``path``
+    (atomic on POSIX) and flush the directory entry."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, sort_keys=True)
-            fh.write("\n")
+        with open(tmp, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as fh:
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -102,22 +101,20 @@ def atomic_write_json(path: str | Path, data: Any) -> None:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(path.parent)
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    """Write JSON atomically (a temporary sibling, fsync, rename)."""
+    def write(fh: Any) -> None:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+
+    _atomic_write(Path(path), write, "w")
 
 
 def atomic_write_npy(path: str | Path, array: np.ndarray) -> None:
-    """Write an ``.npy`` file to a temporary sibling, fsync it, then rename over ``path``."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as fh:
-            np.save(fh, np.asarray(array), allow_pickle=False)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+    """Write an ``.npy`` file atomically (a temporary sibling, fsync, rename)."""
+    _atomic_write(Path(path), lambda fh: np.save(fh, np.asarray(array), allow_pickle=False), "wb")
 
 
 def read_json(path: str | Path) -> Any:
