@@ -1,5 +1,5 @@
 """Load test of ``hybridret serve``: 1, 8 and 32 concurrent clients, 95% searches / 5% adds, with
-micro-batching on and off.
+micro-batching on and off, and against a hand-written ~30-line FastAPI app (``_baseline_app.py``).
 
 Everything runs on this machine over loopback: the script indexes the packaged sample corpus (or
 copies ``--index``), starts ``hybridret serve`` on 127.0.0.1 once per batching mode (on a fresh
@@ -53,13 +53,15 @@ def build_index(out: Path) -> None:
 
 
 class Server:
-    def __init__(self, index: Path, batching: bool, window_ms: float, max_batch: int) -> None:
+    def __init__(self, index: Path, mode: str, window_ms: float, max_batch: int) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "hybridret", "-q", "serve", str(index), "--port", str(self.port),
                "--batch-window-ms", str(window_ms), "--max-batch", str(max_batch)]
-        if not batching:
+        if mode == "off":
             cmd.append("--no-batching")
+        elif mode == "baseline":  # the hand-written ~30-line FastAPI app (benchmarks/_baseline_app.py)
+            cmd = [sys.executable, str(ROOT / "benchmarks" / "_baseline_app.py"), str(index), str(self.port)]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(cmd, env=ENV, stdout=self.log, stderr=subprocess.STDOUT)
 
@@ -172,6 +174,8 @@ def main() -> int:
     ap.add_argument("--window-ms", type=float, default=3.0)
     ap.add_argument("--max-batch", type=int, default=32)
     ap.add_argument("--output", type=Path, default=RESULTS)
+    ap.add_argument("--modes", nargs="+", default=["on", "off", "baseline"], choices=["on", "off", "baseline"],
+                    help="hybridret serve with micro-batching on / off, and a hand-written FastAPI app")
     args = ap.parse_args()
     if not 0 < args.seconds <= 3600 or max(args.clients) > 256:
         ap.error("--seconds must be in (0, 3600] and at most 256 clients")
@@ -186,10 +190,10 @@ def main() -> int:
         report: dict[str, Any] = {"seconds_per_level": args.seconds, "add_ratio": args.add_ratio,
                                   "window_ms": args.window_ms, "max_batch": args.max_batch,
                                   "cpus": os.cpu_count(), "index_docs": None, "modes": {}}
-        for mode in ("on", "off"):
+        for mode in args.modes:
             copy = work / f"idx-{mode}"
             shutil.copytree(base, copy)
-            server = Server(copy, mode == "on", args.window_ms, args.max_batch)
+            server = Server(copy, mode, args.window_ms, args.max_batch)
             server.wait()
             report["index_docs"] = httpx.get(f"{server.url}/health").json()["num_docs"]
             levels = []

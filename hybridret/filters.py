@@ -27,13 +27,14 @@ from typing import Any, Union
 import numpy as np
 
 from .errors import ConfigError
-from .index.metadata import Column, MetadataColumns
+from .index.metadata import MAX_INT, Column, MetadataColumns
 
 __all__ = ["Filter", "FilterError", "parse_filter"]
 
 _FIELD_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
 _RANGE = ("$gt", "$gte", "$lt", "$lte")
 _MAX_NODES = 1024
+_MAX_DEPTH = 32
 
 
 class FilterError(ConfigError):
@@ -57,6 +58,8 @@ Node = Union[_Cond, _Bool]
 
 
 def _scalar(value: Any, where: str) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise FilterError(f"{where}: the integer {value} is beyond ±2**53 (metadata cannot hold it)")
     if value is None or isinstance(value, (str, bool, int)):
         return value
     if isinstance(value, float) and math.isfinite(value):
@@ -87,16 +90,20 @@ def _parse_field(path: str, spec: Any, where: str) -> list[Node]:
             if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (
                     isinstance(value, float) and not math.isfinite(value)):
                 raise FilterError(f"{at}: expected a number or a string, got {value!r}")
+            if isinstance(value, int) and abs(value) > MAX_INT:
+                raise FilterError(f"{at}: the integer {value} is beyond ±2**53 (metadata cannot hold it)")
         else:
             value = _scalar(value, at)
         out.append(_Cond(path, op, value))
     return out
 
 
-def _parse(spec: Any, where: str, count: list[int]) -> Node:
+def _parse(spec: Any, where: str, count: list[int], depth: int = 0) -> Node:
     count[0] += 1
     if count[0] > _MAX_NODES:
         raise FilterError(f"filter has more than {_MAX_NODES} conditions")
+    if depth > _MAX_DEPTH:
+        raise FilterError(f"filter is nested more than {_MAX_DEPTH} levels deep")
     if not isinstance(spec, Mapping):
         raise FilterError(f"{where}: expected a JSON object, got {type(spec).__name__}")
     if not spec:
@@ -109,9 +116,9 @@ def _parse(spec: Any, where: str, count: list[int]) -> Node:
         if key in ("$and", "$or"):
             if not isinstance(value, (list, tuple)) or not value:
                 raise FilterError(f"{at}: expected a non-empty list of filters")
-            nodes.append(_Bool(key, tuple(_parse(v, f"{at}[{i}]", count) for i, v in enumerate(value))))
+            nodes.append(_Bool(key, tuple(_parse(v, f"{at}[{i}]", count, depth + 1) for i, v in enumerate(value))))
         elif key == "$not":
-            nodes.append(_Bool("$not", (_parse(value, at, count),)))
+            nodes.append(_Bool("$not", (_parse(value, at, count, depth + 1),)))
         else:
             nodes.extend(_parse_field(key, value, at))
     return nodes[0] if len(nodes) == 1 else _Bool("$and", tuple(nodes))
@@ -214,7 +221,7 @@ def parse_filter(spec: Filter | Mapping[str, Any] | str | None) -> Filter | None
     if isinstance(spec, (str, bytes)):
         try:
             spec = json.loads(spec)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise FilterError(f"filter is not valid JSON: {exc}") from None
     if isinstance(spec, Sequence) or not isinstance(spec, Mapping):
         raise FilterError(f"filter must be a JSON object, got {type(spec).__name__}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
 from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError
 from .index.lock import WriterLock
-from .index.manifest import MANIFEST, commit, new_segment, read_manifest
+from .index.manifest import MANIFEST, commit, names, new_segment, read_manifest
 from .index.metadata import MetadataError, check_metadata
 from .index.segment import SegmentWriter, text_key
 from .index.snapshot import Snapshot, open_snapshot
@@ -216,8 +217,11 @@ class IndexWriter:
 
         if mode not in ("build", "add", "upsert"):
             raise ConfigError(f"unknown write mode {mode!r}")
-        if chunk_size < 1 or batch_size < 1:
-            raise ConfigError("chunk_size and batch_size must be positive")
+        for name, v in (("chunk_size", chunk_size), ("batch_size", batch_size)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if documents is None or not hasattr(documents, "__iter__"):
+            raise CorpusFormatError(f"documents must be an iterable of documents, got {type(documents).__name__}")
         if isinstance(documents, (str, bytes, Mapping, Document)):
             raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
                                     f"(id, text) tuples), not a single {type(documents).__name__}")
@@ -312,7 +316,8 @@ class IndexWriter:
         try:
             result.commit = self._commit(segments, extra, shape)
         except BaseException:  # e.g. a full disk while writing the manifest: the old state stays
-            shutil.rmtree(seg_dir, ignore_errors=True)
+            if not names(self.root, seg_dir.name):  # never remove what a commit already names
+                shutil.rmtree(seg_dir, ignore_errors=True)
             raise
         if cache is not None:
             logger.info("encoding cache %s: %d documents reused, %d encoded (%.0f MB; remove it when done)",
@@ -387,7 +392,7 @@ class IndexWriter:
             entry = dict(entry)
             if dead.get(i):
                 rows = np.union1d(snap.deleted[i], np.asarray(dead[i], dtype=np.int64))
-                name = f"deleted-{number:08d}.npy"
+                name = f"deleted-{number:08d}-{uuid.uuid4().hex[:8]}.npy"  # never the name of a live file
                 atomic_write_npy(snap.root / entry["name"] / name, rows.astype(np.int64))
                 entry["deleted"], entry["num_deleted"] = name, int(len(rows))
             out.append(entry)
@@ -399,9 +404,16 @@ class IndexWriter:
         id is unknown (nothing is deleted); ``"ignore"`` deletes the rest and lists them in the result."""
         if missing not in ("error", "ignore"):
             raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
-        if isinstance(ids, str):
+        if isinstance(ids, (str, int)) and not isinstance(ids, bool):
             ids = [ids]
-        ids = list(dict.fromkeys(str(i) for i in ids))
+        if ids is None or isinstance(ids, (bytes, Mapping)) or not hasattr(ids, "__iter__"):
+            raise ConfigError(f"ids must be a list of document ids, got {type(ids).__name__}")
+        checked = []
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, (str, int)):
+                raise ConfigError(f"document ids are strings or integers, got {i!r}")
+            checked.append(str(i))
+        ids = list(dict.fromkeys(checked))
         result = WriteResult()
         snap = self.snapshot(reuse)
         if snap is None:
@@ -441,6 +453,8 @@ class IndexWriter:
         limit = int(self.settings.get("max_segments") or 0)
         if limit < 1 or self.manifest is None or len(self.manifest["segments"]) <= limit:
             return None
+        if self.settings["bm25"] and not self.settings["store_text"]:
+            return None  # BM25 cannot be rebuilt without the texts: segments stay as they are
         snap = self.snapshot(reuse)
         sizes = [s.num_docs - len(d) for s, d in zip(snap.segments, snap.deleted)]  # type: ignore[union-attr]
         n_merge = len(sizes) - limit + 1
@@ -502,7 +516,8 @@ class IndexWriter:
         try:
             result.commit = self._commit(entries, {}, shape)
         except BaseException:
-            shutil.rmtree(seg_dir, ignore_errors=True)
+            if not names(self.root, seg_dir.name):
+                shutil.rmtree(seg_dir, ignore_errors=True)
             raise
         logger.info("%s %d segments into %d (%d documents, %d tombstones dropped); %d segments now", what,
                     len(chosen), 1 if writer.count else 0, writer.count, result.deleted, len(entries))

@@ -21,7 +21,7 @@ from .errors import ConfigError, IndexExistsError, IndexFormatError
 from .filters import Filter
 from .hybrid import FusionConfig
 from .index.lock import WriterLock
-from .index.manifest import MANIFEST, collect_garbage, commit, link_tree, read_manifest
+from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
 from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult
 from .retrievers import QueryBatch
 from .searcher import METHODS, EncoderSlot, Searcher
@@ -180,8 +180,13 @@ class HybridRetriever:
         with self._writer(self._root) as w:
             result = w.write(documents, mode=mode, reuse=self._reuse(), **kw)
             self._after_write(w)
-            if result.commit is not None and w.merge_small(reuse=self._reuse()) is not None:
-                self._after_write(w)  # the add is committed (and acknowledged) before the merge
+            if result.commit is not None:  # committed: the merge below is housekeeping, never an error
+                try:
+                    if w.merge_small(reuse=self._reuse()) is not None:
+                        self._after_write(w)
+                except Exception:
+                    logger.warning("merging small segments of %s failed; they stay as they are", self._root,
+                                   exc_info=True)
         return result
 
     def add(self, documents: Iterable[Any], **kw: Any) -> WriteResult:
@@ -256,6 +261,10 @@ class HybridRetriever:
                     except BaseException:
                         shutil.rmtree(root / seg.name, ignore_errors=True)
                         raise
+            for seg, entry in zip(snap.segments, snap.manifest["segments"]):  # tombstones newer than the copy
+                name = entry.get("deleted")
+                if name and not (root / seg.name / name).exists():
+                    link_file(seg.root / name, root / seg.name / name)
             body = {k: v for k, v in snap.manifest.items() if k not in ("commit", "format_version", "saved_at",
                                                                          "libraries")}
             commit(root, body, previous=previous)

@@ -287,3 +287,79 @@ def _loaded(path, encoder):
     if path not in _CACHE:
         _CACHE[path] = HybridRetriever.load(path, encoder=encoder)
     return _CACHE[path]
+
+
+# ------------------------------------------------- found in review: each failed before its fix
+
+
+def test_saving_twice_into_one_directory_carries_new_tombstones(small_index, paired_encoder, tmp_path):
+    r = HybridRetriever.load(copy(small_index, tmp_path / "a"), encoder=paired_encoder)
+    r.delete(["d01"])
+    r.save(tmp_path / "b")
+    r.delete(["d02"])  # a newer tombstone file in a segment folder that b already has
+    r.save(tmp_path / "b", overwrite=True)
+    b = HybridRetriever.load(tmp_path / "b", encoder=paired_encoder)
+    assert b.num_docs == 38 and not {"d01", "d02"} & set(b.searcher.snapshot.live_ids())
+
+
+def test_a_failed_commit_never_touches_live_tombstones(small_index, paired_encoder, tmp_path, monkeypatch):
+    import errno
+
+    import hybridret.index.manifest as manifest
+
+    r = HybridRetriever.load(copy(small_index, tmp_path / "a"), encoder=paired_encoder)
+    r.delete(["d01"])
+    r.save(tmp_path / "b")  # b's commit numbers restart: tombstone names must not collide
+    b = HybridRetriever.load(tmp_path / "b", encoder=paired_encoder)
+    b.delete(["d35"])
+    live = set(b.searcher.snapshot.live_ids())
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(manifest, "atomic_write_json", full)
+    with pytest.raises(OSError):
+        b.upsert([{"id": "d06", "text": "A new text about glaciers and ice."}])
+    monkeypatch.undo()
+    again = HybridRetriever.load(tmp_path / "b", encoder=paired_encoder)
+    assert set(again.searcher.snapshot.live_ids()) == live  # d06 is still there, nothing half-applied
+
+
+def test_an_interrupt_while_tidying_up_keeps_the_commit(small_index, paired_encoder, tmp_path, monkeypatch):
+    import hybridret.index.manifest as manifest
+
+    r = HybridRetriever.load(copy(small_index, tmp_path / "a"), encoder=paired_encoder)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(manifest, "collect_garbage", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        r.add([{"id": "n1", "text": "Lighthouses guide ships."}])
+    monkeypatch.undo()
+    assert "n1" in HybridRetriever.load(tmp_path / "a", encoder=paired_encoder).searcher.snapshot
+
+
+def test_merging_is_housekeeping_an_add_never_fails_on_it(paired_encoder, small_corpus):
+    r = HybridRetriever(paired_encoder, store_text=False, max_segments=1).index(small_corpus[:10])
+    res = r.add(small_corpus[10:15])  # no texts: BM25 segments cannot be merged, the add stands
+    assert res.added == 5 and r.num_docs == 15
+
+
+@pytest.mark.parametrize("call,needle", [
+    (lambda r: r.add([{"id": "big", "text": "x", "n": 10**400}]), "beyond ±2**53"),
+    (lambda r: r.search("x", filter={"n": 10**400}), "beyond ±2**53"),
+    (lambda r: r.search("x", filter={"n": {"$gt": 10**30}}), "beyond ±2**53"),
+    (lambda r: r.search("x", filter="{" + '"$not": {' * 40 + '"a": 1' + "}" * 41), "nested more than"),
+    (lambda r: r.search("x", filter="[" * 100_000), "not valid JSON"),
+    (lambda r: r.delete([None]), "strings or integers"),
+    (lambda r: r.delete(None), "must be a list"),
+    (lambda r: r.add(None), "must be an iterable"),
+    (lambda r: r.add([{"id": "z", "text": "x"}], chunk_size="a"), "chunk_size must be a positive integer"),
+])
+def test_more_bad_input_gets_clear_errors(small_index, paired_encoder, tmp_path, call, needle):
+    r = HybridRetriever.load(copy(small_index, tmp_path / "idx"), encoder=paired_encoder)
+    with pytest.raises(HybridRetError) as err:
+        call(r)
+    assert needle in str(err.value)
+    assert HybridRetriever.load(tmp_path / "idx", encoder=paired_encoder).num_docs == 40

@@ -34,8 +34,8 @@ from .._version import __version__
 from ..errors import IndexExistsError, IndexFormatError, IndexNotFoundError
 from .storage import atomic_write_json, fsync_dir, read_json
 
-__all__ = ["FORMAT_VERSION", "MANIFEST", "collect_garbage", "commit", "library_versions", "link_tree",
-           "new_segment", "read_manifest", "segment_files"]
+__all__ = ["FORMAT_VERSION", "MANIFEST", "collect_garbage", "commit", "library_versions", "link_file", "link_tree",
+           "names", "new_segment", "read_manifest", "segment_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ MANIFEST = "manifest.json"
 BUILDING = ".building"  # marker inside a segment that is still being written
 LEASES = "leases"
 _SEGMENT_NAME = re.compile(r"^(seg|gen)-[A-Za-z0-9-]+$")
-_DELETED_NAME = re.compile(r"^deleted-[0-9]+\.npy$")
+_DELETED_NAME = re.compile(r"^deleted-[0-9]+(-[0-9a-f]+)?\.npy$")
 
 
 def library_versions() -> dict[str, str]:
@@ -65,6 +65,14 @@ def new_segment(root: str | Path) -> Path:
     seg.mkdir()
     (seg / BUILDING).write_text(str(os.getpid()))
     return seg
+
+
+def link_file(src: Path, dst: Path) -> None:
+    """Hard-link one finished file (never modified in place), copying where links are impossible."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def link_tree(src: Path, dst: Path) -> None:
@@ -121,8 +129,21 @@ def commit(root: str | Path, body: dict[str, Any], *, previous: dict[str, Any] |
            "libraries": library_versions(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     out.pop("generation", None)
     atomic_write_json(root / MANIFEST, out)
-    collect_garbage(root, out)
+    try:  # the commit is done: tidying up must never turn it into an error
+        collect_garbage(root, out)
+    except Exception:
+        logger.warning("could not remove unused files in %s (they go at the next commit)", root, exc_info=True)
     return out
+
+
+def names(root: str | Path, segment: str) -> bool:
+    """Whether the live manifest of ``root`` names ``segment`` (i.e. its commit happened)."""
+    try:
+        data = read_json(Path(root) / MANIFEST)
+    except (IndexFormatError, OSError):
+        return False
+    return isinstance(data, dict) and any(isinstance(e, dict) and e.get("name") == segment
+                                          for e in data.get("segments", []) or [])
 
 
 def _alive(pid: int) -> bool:

@@ -44,7 +44,13 @@ class MetadataError(ConfigError):
         self.field = field
 
 
+MAX_INT = 2**53  # integers beyond this are not exact as the float64 that filters compare
+
+
 def _check_value(value: Any, path: str, depth: int) -> None:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INT:
+        raise MetadataError(f"metadata field {path!r} is an integer beyond ±2**53, which filters cannot compare "
+                            "exactly; store it as a string", path)
     if value is None or isinstance(value, (str, bool, int)):
         return
     if isinstance(value, float):

@@ -67,6 +67,9 @@ class Snapshot:
         self.live: list[np.ndarray | None] = []
         for seg, entry in zip(segments, manifest["segments"]):
             dead = seg.tombstones(entry.get("deleted"))
+            if len(dead) != int(entry.get("num_deleted", len(dead)) or 0):
+                raise IndexFormatError(f"{seg.root / str(entry.get('deleted'))}: {len(dead)} tombstones, the manifest "
+                                       f"counts {entry.get('num_deleted')}")
             self.deleted.append(dead)
             if len(dead):
                 mask = np.ones(seg.num_docs, dtype=bool)
