@@ -363,3 +363,19 @@ def test_more_bad_input_gets_clear_errors(small_index, paired_encoder, tmp_path,
         call(r)
     assert needle in str(err.value)
     assert HybridRetriever.load(tmp_path / "idx", encoder=paired_encoder).num_docs == 40
+
+
+def test_loading_with_another_encoder_is_refused(small_index):
+    from hybridret.encoders import SpladeEncoder
+
+    with pytest.raises(ConfigError, match="not the one that built"):
+        HybridRetriever.load(small_index, encoder=SpladeEncoder("splade-tiny"))
+
+
+def test_save_to_a_path_that_is_a_file(small_index, paired_encoder, tmp_path):
+    target = tmp_path / "a-file"
+    target.write_text("not an index")
+    r = HybridRetriever.load(small_index, encoder=paired_encoder)
+    with pytest.raises(HybridRetError, match="it is a file"):
+        r.save(target)
+    assert target.read_text() == "not an index"

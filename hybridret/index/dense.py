@@ -26,6 +26,7 @@ _METRICS = ("ip", "l2")
 _TRAIN_SAMPLE = 262_144
 _ADD_CHUNK = 65_536
 GPU_MAX_K = 2048  # largest k FAISS GPU indexes can return
+_MAX_EF = 4096  # most HNSW candidates a filtered search widens to
 _MATMUL_MIN_QUERIES = 8  # below this FAISS's SIMD scan wins
 _MATMUL_BLOCK = 1 << 25  # score entries per block (128 MB of float32)
 
@@ -285,18 +286,24 @@ class DenseIndex:
         own run-time settings (nprobe, efSearch)."""
         import faiss
 
-        sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(np.packbits(allowed, bitorder="little")))
+        bits = np.packbits(allowed, bitorder="little")  # FAISS reads it by pointer: keep it alive (below)
+        sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+        # a filter hides part of what the graph / the probed lists hold: widen the search by the
+        # inverse share of allowed rows so that about as many allowed candidates are visited
+        share = max(float(np.count_nonzero(allowed)) / max(1, len(allowed)), 1e-6)
         try:
             ivf = faiss.extract_index_ivf(index)
         except (RuntimeError, AttributeError):
             ivf = None
         if ivf is not None:
-            params = faiss.SearchParametersIVF(sel=sel, nprobe=ivf.nprobe)
+            nprobe = int(min(ivf.nlist, np.ceil(ivf.nprobe / share)))
+            params = faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)
         elif hasattr(index, "hnsw"):
-            params = faiss.SearchParametersHNSW(sel=sel, efSearch=index.hnsw.efSearch)
+            ef = int(min(_MAX_EF, np.ceil(index.hnsw.efSearch / share)))
+            params = faiss.SearchParametersHNSW(sel=sel, efSearch=ef)
         else:
             params = faiss.SearchParameters(sel=sel)
-        params._keep = sel  # the selector must outlive the call
+        params._keep = (sel, bits)  # the selector and its bitmap must outlive the call
         return params
 
     def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True, allowed: np.ndarray | None = None
