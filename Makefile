@@ -34,6 +34,9 @@ bench: $(VENV)/.installed
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/fusion.py
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/gqr_sensitivity.py
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/train_eval.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/living.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/filtered_ann.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/serve_load.py
 	$(PY) benchmarks/report.py
 
 clean:
