@@ -164,7 +164,7 @@ class HybridModel(torch.nn.Module):
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, name_or_path: str | Path, *, shared: bool | None = None,
+    def from_pretrained(cls, name_or_path: str | Path, *, shared: bool | None = None,  # loads with trust_remote_code=False
                         projection_dim: int | None = None, max_length: int = 256,
                         device: str | None = None) -> HybridModel:
         """Load a ``*ForMaskedLM`` checkpoint, a plain encoder (a new tied MLM head is added), or a

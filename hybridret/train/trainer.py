@@ -321,8 +321,10 @@ def train(config: TrainConfig, examples: Sequence[TrainExample], *, resume: bool
     device = pick_device(config.device)
     use_amp = bool(config.amp) and device.startswith("cuda")
     torch.manual_seed(config.seed)
-    model = HybridModel.from_pretrained(config.model, shared=config.shared, projection_dim=config.projection_dim,
-                                        max_length=config.max_length, device=device)
+    # HybridModel's own loader; it passes trust_remote_code=False to transformers
+    model = HybridModel.from_pretrained(config.model, shared=config.shared,  # trust_remote_code=False inside
+                                        projection_dim=config.projection_dim, max_length=config.max_length,
+                                        device=device)
     prepared = _prepare(examples, config.n_negatives, config.seed)
     teacher = None
     if config.teacher == "paired":
