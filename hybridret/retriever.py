@@ -337,6 +337,10 @@ class HybridRetriever:
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
         return self.searcher.encode_queries(texts, needs)
 
+    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
+        """See :meth:`Searcher.get`: stored documents by id (``None`` where absent)."""
+        return self.searcher.get(ids)
+
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:

@@ -281,6 +281,26 @@ class Searcher:
         q.sparse = batch.sparse if "sparse" in needs else None
         return q
 
+    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
+        """The stored documents of ``ids`` (``{"id", "title", "text", "metadata"}``), ``None`` for
+        ids that are not in the index (or were deleted), in the order given."""
+        if isinstance(ids, str):
+            ids = [ids]
+        if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Sequence):
+            raise ConfigError(f"ids must be a string or a list of strings, got {type(ids).__name__}")
+        snap = self._snap
+        out: list[dict[str, Any] | None] = []
+        for doc_id in ids:
+            if not isinstance(doc_id, str):
+                raise ConfigError(f"document ids are strings, got {doc_id!r}")
+            row = snap.row_of(doc_id)
+            if row is None:
+                out.append(None)
+                continue
+            title, text, meta = snap.get(row)
+            out.append({"id": doc_id, "title": title, "text": text, "metadata": meta})
+        return out
+
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:

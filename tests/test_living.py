@@ -585,3 +585,16 @@ def test_faiss_selector_path_of_filtered_dense_search(paired_encoder, sample_doc
             if factory == "Flat":
                 np.testing.assert_allclose(scores[0], ref[i][want], rtol=1e-5, atol=1e-6)
     assert np.mean(recalls) >= (1.0 if factory == "Flat" else 0.95), np.mean(recalls)
+
+
+def test_get_documents_by_id(living, sample_docs):
+    first, gone = sample_docs[1], sample_docs[0]  # sample_docs[::25] were deleted by the fixture
+    got = living.get([first["id"], gone["id"], "no-such-id"])
+    assert got[0] == {"id": first["id"], "title": first["title"], "text": first["text"],
+                      "metadata": first["metadata"]}
+    assert got[1] is None and got[2] is None
+    assert living.get(first["id"])[0]["id"] == first["id"]
+    from hybridret.errors import ConfigError
+
+    with pytest.raises(ConfigError):
+        living.get([1])
