@@ -18,6 +18,7 @@ import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import numpy as np
 
@@ -199,6 +200,14 @@ class Client:
 
     def info(self) -> dict[str, Any]:
         return self._request("GET", "/info")
+
+    def get(self, ids: Iterable[str] | str) -> list[dict[str, Any] | None]:
+        """Stored documents by id (``{"id", "title", "text", "metadata"}``; ``None`` where absent),
+        as :meth:`hybridret.Searcher.get`."""
+        ids = [ids] if isinstance(ids, str) else list(ids)
+        if not ids:
+            return []
+        return self._request("GET", "/documents?" + urlencode([("ids", i) for i in ids]))["documents"]
 
     # -- writes (each answered after its commit) --
     def add(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

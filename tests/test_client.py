@@ -141,3 +141,12 @@ def test_server_errors_become_library_exceptions(client, served):
         with pytest.raises(ServerUnavailableError):
             gone.health()
     assert issubclass(ServerUnavailableError, HybridRetError) and issubclass(AuthenticationError, HybridRetError)
+
+
+def test_documents_by_id(client, served):
+    retriever = served[1]
+    some = retriever.searcher.snapshot.live_ids()[:2]
+    got = client.get([*some, "no-such-id"])
+    assert [d["id"] for d in got[:2]] == some and got[2] is None
+    assert got == retriever.get([*some, "no-such-id"])
+    assert client.get(some[0]) == got[:1] and client.get([]) == []

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -476,6 +476,13 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
                        "documents": MAX_DOCUMENTS, "body_bytes": config.max_body_bytes},
             "writes": service.writes, "uptime_s": round(time.time() - service.started, 3),
         }
+
+    @app.get("/documents", dependencies=[Depends(read_auth)], responses=_ERRORS,
+             summary="stored documents by id (null for ids not in the index): /documents?ids=a&ids=b")
+    async def get_documents(ids: list[str] = Query(..., description="document ids")) -> dict[str, Any]:
+        if len(ids) > MAX_DOCUMENTS:
+            raise ApiError(400, "invalid_request", f"at most {MAX_DOCUMENTS} ids per request, got {len(ids)}")
+        return {"documents": service.searcher.get(ids)}
 
     # -- writes --
     @app.post("/documents", response_model=WriteResponse, responses=_ERRORS, dependencies=[Depends(write_auth)],
