@@ -198,6 +198,20 @@ class Client:
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")
 
+    def wait_ready(self, timeout: float = 120.0, *, interval: float = 0.2) -> dict[str, Any]:
+        """Poll ``/health`` until the server answers (it loads its models first); returns the answer.
+        Raises :class:`ServerUnavailableError` after ``timeout`` seconds."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self.health()
+            except ServerUnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(interval)
+
     def info(self) -> dict[str, Any]:
         return self._request("GET", "/info")
 

@@ -140,6 +140,7 @@ class IndexWriter:
         self.device = device
         self._encoder = encoder if isinstance(encoder, Encoder) else None
         self._encoder_factory = None if isinstance(encoder, Encoder) else encoder
+        self._truncated_before: dict[str, int] | None = None
         self.lock = WriterLock(self.root)
         try:
             self.manifest: dict[str, Any] | None = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
@@ -249,7 +250,7 @@ class IndexWriter:
         replaced: dict[int, list[int]] = {}
         bar = tqdm(total=total, desc={"build": "indexing", "add": "adding", "upsert": "upserting"}[mode], unit="doc",
                    disable=not progress_enabled(show_progress, total or chunk_size + 1, chunk_size))
-        truncated_before: dict[str, int] = {}
+        self._truncated_before = None  # the encoder's counts when this write first encodes
         try:
             seen: set[str] = set()
             position = 0
@@ -275,7 +276,7 @@ class IndexWriter:
                     batch.append(doc)
                     old_rows.append(old)
                 if batch:
-                    enc, n_encoded = self._encode(batch, old_rows, snap, cache, batch_size, truncated_before)
+                    enc, n_encoded = self._encode(batch, old_rows, snap, cache, batch_size)
                     result.encoded += n_encoded
                     writer.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch],
                                [d.full_text for d in batch], [d.metadata for d in batch], enc,
@@ -292,7 +293,7 @@ class IndexWriter:
             result.skipped_empty += int(getattr(documents, "skipped_empty", 0) or 0)  # a CorpusReader's own count
             if mode == "build" and writer.count == 0:
                 raise CorpusFormatError("no documents to index (the input was empty or every document was blank)")
-            self._warn_truncated(truncated_before, writer.count)
+            self._warn_truncated(writer.count)
             if writer.count == 0 and not replaced:
                 writer.abort()
                 logger.info("nothing to write: %d unchanged, %d blank", result.unchanged, result.skipped_empty)
@@ -336,7 +337,7 @@ class IndexWriter:
                               "; documents encoded by another model cannot be mixed into this index")
 
     def _encode(self, batch: list[Document], old_rows: list[int | None], snap: Snapshot | None, cache: Any,
-                batch_size: int, truncated_before: dict[str, int]) -> tuple[EncodedBatch, int]:
+                batch_size: int) -> tuple[EncodedBatch, int]:
         """Encodings of ``batch``: stored vectors where an upsert leaves the text unchanged, then the
         cache, then the encoder for the rest."""
         n = len(batch)
@@ -350,21 +351,22 @@ class IndexWriter:
                 if got is not None:
                     dense[i], sparse[i] = got
                     have[i] = True
+        key_of: dict[int, bytes] = {}
         if cache is not None:
             todo = [i for i in range(n) if not have[i]]
-            keys = cache.keys([texts[i] for i in todo])
-            found, rows = cache.get(keys)
+            key_of = dict(zip(todo, cache.keys([texts[i] for i in todo])))
+            found, rows = cache.get([key_of[i] for i in todo])
             for j, (d, s) in zip(found, rows):
                 dense[todo[j]], sparse[todo[j]] = d, s
                 have[todo[j]] = True
         todo = [i for i in range(n) if not have[i]]
         if todo:
             encoder = self._get_encoder()
-            if not truncated_before:
-                truncated_before.update(encoder.truncation_counts() or {"": 0})
+            if self._truncated_before is None:
+                self._truncated_before = encoder.truncation_counts()
             enc = encoder.encode_documents([texts[i] for i in todo], batch_size=batch_size, show_progress=False)
             if cache is not None:
-                cache.put(cache.keys([texts[i] for i in todo]), enc)
+                cache.put([key_of[i] for i in todo], enc)
             for j, i in enumerate(todo):
                 dense[i] = enc.dense[j] if enc.dense is not None else None
                 sparse[i] = enc.sparse[j] if enc.sparse is not None else None
@@ -372,8 +374,9 @@ class IndexWriter:
         out_sparse = sp.vstack(sparse, format="csr").astype(np.float32) if sparse and sparse[0] is not None else None
         return EncodedBatch(dense=out_dense, sparse=out_sparse), len(todo)
 
-    def _warn_truncated(self, before: dict[str, int], count: int) -> None:
-        if not before or self._encoder is None:
+    def _warn_truncated(self, count: int) -> None:
+        before = self._truncated_before
+        if before is None or self._encoder is None:  # nothing was encoded by this write
             return
         for model, total in self._encoder.truncation_counts().items():
             cut = total - before.get(model, 0)

@@ -111,3 +111,43 @@ def paired_encoder():
 def small_corpus() -> list[dict[str, str]]:
     """~40 short, varied English documents as ``{"id", "title", "text"}`` dicts."""
     return [dict(d) for d in SMALL_CORPUS]
+
+
+@pytest.fixture
+def start_server():
+    """Start ``hybridret serve DIR ARGS...`` on a free loopback port and wait until it answers;
+    returns ``(process, url)``. A server that exits while starting fails the test with its output;
+    servers still running at the end of the test are killed."""
+    import socket
+    import subprocess
+    import sys
+
+    started = []
+
+    def start(index, *args: str, timeout: float = 90.0):
+        from hybridret.client import Client, ServerUnavailableError
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_WAIT_POLICY="PASSIVE")
+        proc = subprocess.Popen([sys.executable, "-m", "hybridret", "serve", str(index), "--host", "127.0.0.1",
+                                 "--port", str(port), *args], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        started.append(proc)
+        url = f"http://127.0.0.1:{port}"
+        with Client(url, timeout=5) as client:
+            for _ in range(int(timeout / 2)):
+                try:
+                    client.wait_ready(timeout=2)
+                    return proc, url
+                except ServerUnavailableError:
+                    if proc.poll() is not None:
+                        pytest.fail(f"hybridret serve exited while starting:\n{proc.stdout.read()}")
+        pytest.fail(f"hybridret serve did not answer within {timeout} s")
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -373,17 +373,14 @@ def test_haystack_pipeline_and_serialisation(searcher, index_dir):
 
 
 # -- through a running `hybridret serve` -----------------------------------------------------------
-def test_adapters_through_a_real_server(searcher, index_dir, tmp_path):
+def test_adapters_through_a_real_server(searcher, index_dir, tmp_path, start_server):
     pytest.importorskip("fastapi", reason="the server test needs the serve extra: pip install 'hybridret[serve]'")
     pytest.importorskip("uvicorn", reason="the server test needs the serve extra: pip install 'hybridret[serve]'")
-    httpx = pytest.importorskip("httpx", reason="the server test needs the serve extra: pip install 'hybridret[serve]'")
+    pytest.importorskip("httpx", reason="the server test needs the serve extra: pip install 'hybridret[serve]'")
     pytest.importorskip("langchain_core", reason="LangChain adapter: pip install 'hybridret[langchain]'")
     pytest.importorskip("llama_index.core", reason="LlamaIndex adapter: pip install 'hybridret[llamaindex]'")
     pytest.importorskip("haystack", reason="Haystack adapter: pip install 'hybridret[haystack]'")
-    import os
     import shutil
-    import socket
-    import time
 
     from langchain_core.documents import Document
 
@@ -397,24 +394,8 @@ def test_adapters_through_a_real_server(searcher, index_dir, tmp_path):
 
     copy = tmp_path / "served"  # the server writes: never into the shared index
     shutil.copytree(index_dir, copy, ignore=shutil.ignore_patterns("*.lock", "leases"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_WAIT_POLICY="PASSIVE")
-    proc = subprocess.Popen([sys.executable, "-m", "hybridret", "serve", str(copy), "--host", "127.0.0.1",
-                             "--port", str(port), "--no-batching"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
+    proc, url = start_server(copy, "--no-batching")
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read() if proc.stdout else ""
-            time.sleep(0.2)
         with Client(url) as client:
             q, flt = QUERIES[0], {"lang": {"$in": ["en", "de"]}}
             want = expected(searcher, q, 4, filter=flt)

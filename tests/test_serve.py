@@ -12,8 +12,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -477,29 +475,15 @@ def test_key_comparison_is_constant_time_and_key_file_checked(tmp_path):
 
 
 # -- graceful shutdown -------------------------------------------------------------------------------------
-def test_sigterm_during_a_write_lets_it_commit(index, tmp_path):
+def test_sigterm_during_a_write_lets_it_commit(index, tmp_path, start_server):
     from hybridret.searcher import Searcher
 
     copy = tmp_path / "idx"
     shutil.copytree(index[0], copy, ignore=shutil.ignore_patterns("*.lock", "leases"))
     keyfile = tmp_path / "key"
     keyfile.write_text(KEY)
-    port = free_port()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_WAIT_POLICY="PASSIVE")
-    proc = subprocess.Popen([sys.executable, "-m", "hybridret", "serve", str(copy), "--port", str(port),
-                             "--api-key-file", str(keyfile)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc, url = start_server(copy, "--api-key-file", str(keyfile))
     try:
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
-            time.sleep(0.2)
         start = httpx.get(f"{url}/health").json()["num_docs"]
         docs = sample_docs(150, 300)
         box: dict = {}
