@@ -255,7 +255,10 @@ class HybridRetriever:
                 if not seg.root.is_dir():
                     raise IndexFormatError(f"this retriever's files ({seg.root}) were removed; load the index "
                                            "again or re-index to save it")
-                if not (root / seg.name).exists():
+                there = root / seg.name
+                if there.exists() and not _complete_copy(seg, there, previous):
+                    shutil.rmtree(there)  # left half-linked by an interrupted save: redo it
+                if not there.exists():
                     try:
                         link_tree(seg.root, root / seg.name)
                     except BaseException:
@@ -319,13 +322,13 @@ class HybridRetriever:
         values inside (``hybridret info --check``). Returns the problems found (``[]``: all good)."""
         snap = self.searcher.snapshot
         problems = []
-        for seg, entry in zip(snap.segments, snap.manifest["segments"]):
+        for seg, entry, dead in zip(snap.segments, snap.manifest["segments"], snap.deleted):
             if seg.files is None:
                 problems.append(f"{seg.root}: a format-1 segment has no checksums (compact to add them)")
             problems += seg.check()
-            if len(snap.deleted[snap.segments.index(seg)]) != entry.get("num_deleted", 0):
+            if len(dead) != entry.get("num_deleted", 0):
                 problems.append(f"{seg.root}: the manifest counts {entry.get('num_deleted')} deleted documents, "
-                                f"its tombstone file {len(snap.deleted[snap.segments.index(seg)])}")
+                                f"its tombstone file {len(dead)}")
         return problems
 
     # -- search ---------------------------------------------------------------------------------
@@ -348,3 +351,14 @@ class HybridRetriever:
         if self._searcher is None:
             raise ConfigError("the retriever has no index yet: call index() or load()")
         return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates)
+
+
+def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:
+    """Whether ``there`` already holds all of segment ``seg``: named by the target's manifest (so it
+    was committed there), or holding every file of the segment's file list at its size."""
+    from .index.segment import check_files
+
+    if target_manifest is not None and any(e.get("name") == seg.name for e in target_manifest["segments"]):
+        return True
+    return seg.files is not None and not check_files(there, seg.files, full=False)
+

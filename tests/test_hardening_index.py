@@ -379,3 +379,14 @@ def test_save_to_a_path_that_is_a_file(small_index, paired_encoder, tmp_path):
     with pytest.raises(HybridRetError, match="it is a file"):
         r.save(target)
     assert target.read_text() == "not an index"
+
+
+def test_save_redoes_a_segment_folder_an_interrupted_save_left_half_linked(small_index, paired_encoder, tmp_path):
+    r = HybridRetriever.load(small_index, encoder=paired_encoder)
+    target = tmp_path / "target"
+    target.mkdir()
+    seg = r.searcher.snapshot.segments[0]
+    shutil.copytree(seg.root, target / seg.name)
+    (target / seg.name / "docids.txt").unlink()  # as a save killed mid-copy leaves it
+    r.save(target)
+    assert HybridRetriever.load(target, encoder=paired_encoder).num_docs == r.num_docs

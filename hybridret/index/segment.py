@@ -28,7 +28,7 @@ from .metadata import MetadataColumns, MetadataWriter, read_metadata
 from .sparse import SparseIndex
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
-__all__ = ["Segment", "SegmentWriter", "file_list", "text_key"]
+__all__ = ["Segment", "SegmentWriter", "check_files", "file_list", "text_key"]
 
 logger = logging.getLogger(__name__)
 
