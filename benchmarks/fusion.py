@@ -1,44 +1,49 @@
-"""Fusion benchmark: dense, sparse, BM25, RRF, linear (default and tuned), GQR (default and tuned)
-on every BEIR-format collection given, with each fusion's added latency and the GQR step cost.
+"""Fusion benchmark: every single retriever, every fusion candidate, today's default (GQR with fixed
+sparse + BM25 guide weights) and the new default ``hybrid`` (GQR with agreement-weighted guides), on
+every BEIR-format collection given; the "never below the best single retriever" rule per collection;
+paired significance against today's default; the choice of default by leave-one-collection-out
+cross-validation; the cost per query.
 
     python benchmarks/fusion.py [DATA_DIR ...]     (default: every folder in ../shared/data)
 
-Tuned settings are chosen on one half of the queries and scored on the other half, both ways
-(2-fold), so the tuned numbers are honest held-out figures. nDCG@10 and Recall@100 come from
-pytrec_eval over each method's top-100. Indexes are built once into indexes/bench-<name>.
-Writes benchmarks/results/fusion.json and docs/fusion.md.
+Each retriever contributes its top-100 (depth 100); every candidate gets every retriever's exact
+score. Metrics from pytrec_eval over each method's top-100 (TREC DL binary metrics count grade >= 2).
+Query encodings are cached in indexes/bench-<name>.queries.npz. Indexes are built once into
+indexes/bench-<name>. Writes benchmarks/results/fusion.json and docs/fusion.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, SHARED, encode_queries, machine, table, write_json  # noqa: E402
+from scipy.stats import ttest_rel  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import per_query, run_from_rows  # noqa: E402
-from hybridret.hybrid import FusionConfig, fuse, gather_candidates  # noqa: E402
-from hybridret.refine import GQRConfig, gqr_refine  # noqa: E402
-from hybridret.retrievers import vectors_of  # noqa: E402
-from hybridret.tune import default_grid  # noqa: E402
+from hybridret.fusion import linear_fusion, normalise  # noqa: E402
+from hybridret.hybrid import Candidates, FusionConfig, fuse, fused_search, gather_candidates, select  # noqa: E402
+from hybridret.qpp import agreement, agreement_weights, top_mask  # noqa: E402
+from hybridret.refine import GQRConfig, gqr_refine, gqr_scores, masked_softmax  # noqa: E402
+from hybridret.retrievers import QueryBatch  # noqa: E402
 
-FIXED = {
-    "RRF(dense, sparse)": FusionConfig("rrf", ("dense", "sparse")),
-    "RRF(dense, sparse, BM25)": FusionConfig("rrf", ("dense", "sparse", "bm25")),
-    "linear(dense, sparse) 0.5/0.5 minmax": FusionConfig("linear", ("dense", "sparse")),
-    "linear(dense, sparse, BM25) equal": FusionConfig("linear", ("dense", "sparse", "bm25")),
-    "GQR, sparse guide": FusionConfig("gqr", guide={"sparse": 1.0}),
-    "GQR, sparse + BM25 guide (default)": FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5}),
-    "GQR, sparse + BM25 guide, final=fuse": FusionConfig("gqr", gqr=GQRConfig(final="fuse")),
-}
-METRICS = ("ndcg@10", "recall@100")
+METRICS = ("ndcg@10", "mrr@10", "recall@100")
+R3 = ("dense", "sparse", "bm25")
+TODAY = FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5})  # the default before issue #13
+NEW = FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5}, guide_weighting="agreement")
+TOL = 0.005
+TODAY_LABEL, NEW_LABEL = "today's default: GQR, fixed guide", "new default (hybrid): GQR, agreement guide"
 
 
 def build(folder: Path) -> HybridRetriever:
@@ -50,109 +55,244 @@ def build(folder: Path) -> HybridRetriever:
     return HybridRetriever.load(out)
 
 
+def cached_queries(r: HybridRetriever, name: str, texts: list[str]) -> QueryBatch:
+    """Encoded queries, cached next to the index (keyed by the texts and the encoder config)."""
+    path = ROOT / "indexes" / f"bench-{name}.queries.npz"
+    key = hashlib.sha1(json.dumps([texts, r.searcher.snapshot.manifest.get("encoder")], sort_keys=True,
+                                  default=str).encode()).hexdigest()
+    if path.is_file():
+        z = np.load(path, allow_pickle=False)
+        if str(z["key"]) == key:
+            qs = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
+            return QueryBatch(texts, z["dense"], qs)
+    q = encode_queries(r, texts)
+    s = q.sparse.tocsr()
+    np.savez(path, key=key, dense=q.dense, data=s.data, indices=s.indices, indptr=s.indptr, shape=np.array(s.shape))
+    return q
+
+
+# -- fusion candidates (computed on gathered candidates; the two defaults go through fuse()) --------
+def _linear_agreement(c: Candidates, exact: dict[str, np.ndarray]) -> np.ndarray:
+    w = agreement_weights({r: 1.0 for r in R3}, agreement(c.exact, c.listed, R3))
+    return np.where(c.valid, sum(w[r][:, None] * normalise(exact[r], c.valid, "zscore") for r in R3), -np.inf)
+
+
+def _gqr_then_linear(c: Candidates, q: QueryBatch) -> np.ndarray:
+    _, refined, _ = gqr_scores(GQRConfig(), {"sparse": 0.5, "bm25": 0.5}, c.exact, c.valid, q.dense, c.vectors)
+    return linear_fusion({**c.exact, "dense": refined}, c.valid, None, "zscore")
+
+
+def restrict(c: Candidates, depth: int) -> Candidates:
+    """The candidates a gather at a smaller ``depth`` per retriever would give (each retriever's
+    top ``depth`` by its exact score, within its own list)."""
+    listed = {r: top_mask(c.exact[r], c.listed[r], depth) for r in c.listed}
+    keep = np.logical_or.reduce(list(listed.values()))
+    return Candidates(np.where(keep, c.rows, -1), c.exact, listed, c.vectors)
+
+
+CANDIDATES: dict[str, Callable[[Candidates, QueryBatch], np.ndarray]] = {
+    "RRF(dense, sparse, BM25)": lambda c, q: fuse(FusionConfig("rrf", R3), c, 100, None, q)[0],
+    "linear(dense, sparse) minmax": lambda c, q: fuse(FusionConfig("linear", ("dense", "sparse")), c, 100, None, q)[0],
+    "linear(3) z-score, equal": lambda c, q: fuse(FusionConfig("linear", R3, normalisation="zscore"), c, 100, None, q)[0],
+    "linear(3) z-score, agreement weights": lambda c, q: select(c.rows, _linear_agreement(c, c.exact), {}, 100)[0],
+    "GQR fixed, then linear(3) z-score": lambda c, q: select(c.rows, _gqr_then_linear(c, q), {}, 100)[0],
+    TODAY_LABEL: lambda c, q: fuse(TODAY, c, 100, None, q)[0],
+    "GQR agreement guide, depth 30": lambda c, q: fuse(NEW, restrict(c, 30), 100, None, q)[0],
+    "GQR agreement guide, depth 10": lambda c, q: fuse(NEW, restrict(c, 10), 100, None, q)[0],
+    NEW_LABEL: lambda c, q: fuse(NEW, c, 100, None, q)[0],
+}
+
+
+def single_rows(c: Candidates, name: str) -> np.ndarray:
+    """A retriever's own top-100: its listed candidates by its exact score."""
+    return select(np.where(c.listed[name], c.rows, -1), c.exact[name], {}, 100)[0]
+
+
+def randomisation_p(a: np.ndarray, b: np.ndarray, trials: int = 10000, seed: int = 0) -> float:
+    """Two-sided paired randomisation (sign-flip) test of mean(a - b) over queries."""
+    d = np.asarray(a) - np.asarray(b)
+    if not np.any(d):
+        return 1.0
+    signs = np.random.default_rng(seed).choice([-1.0, 1.0], size=(trials, len(d)))
+    return float((np.abs((signs * d).mean(1)) >= abs(d.mean()) - 1e-12).mean())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("data", nargs="*", type=Path)
-    ap.add_argument("--depth", type=int, default=100)
+    ap.add_argument("--no-costs", action="store_true", help="skip the timing part")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     folders = args.data or sorted(p for p in SHARED.iterdir() if (p / "corpus.jsonl").is_file())
-    summary, per_coll, costs = [], {}, {}
+    names = [f.name for f in folders]
+    perq: dict[str, dict[str, dict[str, np.ndarray]]] = {}  # method -> collection -> metric -> per query
+    costs: dict[str, dict[str, float]] = {}
+    depth_rows = []
     for folder in folders:
         r = build(folder)
         queries, qrels = load_queries(folder / "queries.jsonl"), load_qrels(folder / "qrels" / "test.tsv")
         qids = [q for q in queries if qrels.get(q)]
         texts = [queries[q] for q in qids]
         level = 2 if "msmarco" in folder.name else 1
-        q = encode_queries(r, texts)
-        qd, snap = q.dense, r.searcher.snapshot
-        cands = {}
-        t0 = time.perf_counter()
-        for names in (("dense", "sparse"), ("dense", "sparse", "bm25")):
-            cands[names] = gather_candidates(names, args.depth, snap, q)
-        gather_s = time.perf_counter() - t0
+        q = cached_queries(r, folder.name, texts)
+        snap = r.searcher.snapshot
+        c = gather_candidates(R3, 100, snap, q, vectors=True)
 
-        def score(rows: np.ndarray) -> dict[str, dict[str, float]]:
-            return per_query(run_from_rows(rows, r.docs.ids, qids), qrels, METRICS, relevance_level=level)
+        def score(rows: np.ndarray) -> dict[str, np.ndarray]:
+            pq = per_query(run_from_rows(rows, r.docs.ids, qids), qrels, METRICS, relevance_level=level)
+            return {m: np.array([pq[m][x] for x in qids]) for m in METRICS}
 
-        def cand_for(cfg: FusionConfig):  # type: ignore[no-untyped-def]
-            names = ("dense", "sparse", "bm25") if "bm25" in cfg.union_retrievers else ("dense", "sparse")
-            return cands[names]
-
-        rows: dict[str, dict[str, dict[str, float]]] = {}
-        latency: dict[str, float] = {}
-        for label, k in (("dense", "dense"), ("sparse", "sparse"), ("BM25", "bm25")):
-            rows[label] = score(r.search(texts, k=100, method=k).rows)
-        for label, cfg in FIXED.items():
-            c = cand_for(cfg)
-            t0 = time.perf_counter()
-            out, _, _ = fuse(cfg, c, 100, snap, q)
-            latency[label] = (time.perf_counter() - t0) / len(qids) * 1e3
-            rows[label] = score(out)
-        # 2-fold tuning: pick on one half, score on the other
-        rng = np.random.default_rng(0)
-        perm = rng.permutation(len(qids))
-        halves = [perm[: len(perm) // 2], perm[len(perm) // 2 :]]
-        grid = default_grid(True, args.depth)
-        grid_scores = []
-        for cfg in grid:
-            out, _, _ = fuse(cfg, cand_for(cfg), 100, snap, q)
-            grid_scores.append(score(out))
-        for label, methods in (("linear, tuned (2-fold)", ("linear",)), ("RRF, tuned (2-fold)", ("rrf",)),
-                               ("GQR, tuned (2-fold)", ("gqr",)), ("any fusion, tuned (2-fold)", ("linear", "rrf", "gqr"))):
-            held: dict[str, dict[str, float]] = {m: {} for m in METRICS}
-            for a, b in ((0, 1), (1, 0)):
-                train = [qids[i] for i in halves[a]]
-                test = [qids[i] for i in halves[b]]
-                best = max((i for i, c in enumerate(grid) if c.method in methods),
-                           key=lambda i: np.mean([grid_scores[i]["ndcg@10"][q] for q in train]))
-                for m in METRICS:
-                    held[m].update({q: grid_scores[best][m][q] for q in test})
-            rows[label] = held
-        for label, res in rows.items():
-            per_coll.setdefault(label, {})[folder.name] = {m: float(np.mean(list(res[m].values()))) for m in METRICS}
-        costs[folder.name] = {"fusion_ms_per_query": latency, "candidate_gather_ms_per_query": gather_s / len(qids) * 1e3}
-        # GQR step cost alone, batched, at depth 10 and 100 per retriever
-        for depth in (10, 100):
-            c = gather_candidates(("dense", "sparse"), depth, snap, q)
-            docs = vectors_of(snap, c.rows)
-            best_t = min(_t(lambda: gqr_refine(qd, docs, c.valid, c.exact["sparse"], GQRConfig())) for _ in range(3))
-            costs[folder.name][f"gqr_step_ms_per_query_depth{depth}"] = best_t / len(qids) * 1e3
-            costs[folder.name][f"union_size_depth{depth}"] = float(c.valid.sum(1).mean())
+        for name in R3:
+            perq.setdefault(name, {})[folder.name] = score(single_rows(c, name))
+        for label, fn in CANDIDATES.items():
+            perq.setdefault(label, {})[folder.name] = score(fn(c, q))
+        for depth in (10, 30, 100):  # candidate depth per retriever, for both defaults
+            cd = gather_candidates(R3, depth, snap, q, vectors=True)
+            depth_rows.append({"collection": folder.name, "depth": depth, "union": float(cd.valid.sum(1).mean()),
+                               **{lab: float(score(fuse(cfg, cd, 100, None, q)[0])["ndcg@10"].mean())
+                                  for lab, cfg in (("today nDCG@10", TODAY), ("new nDCG@10", NEW))}})
+        costs[folder.name] = _costs(r, c, q, folder.name) if not args.no_costs else {}
         print(f"{folder.name}: done ({len(qids)} queries)", flush=True)
-    names = [f.name for f in folders]
-    for label, by in per_coll.items():
-        row = {"method": label}
-        for n in names:
-            row[n] = by[n]["ndcg@10"]
-        row["avg nDCG@10"] = float(np.mean([by[n]["ndcg@10"] for n in names]))
-        row["avg R@100"] = float(np.mean([by[n]["recall@100"] for n in names]))
-        summary.append(row)
-    cols = ["method", *names, "avg nDCG@10", "avg R@100"]
-    md = table(summary, cols)
-    print("\nnDCG@10 (top-100 runs; tuned rows are held-out 2-fold)\n" + md)
-    cost_rows = [{"collection": n, **{k: v for k, v in c.items() if not isinstance(v, dict)}} for n, c in costs.items()]
-    cost_md = table(cost_rows, list(cost_rows[0].keys()))
-    print("\nGQR step cost (ms/query, batched numpy, 50 Adam steps)\n" + cost_md)
-    lat_rows = [{"collection": n, **c["fusion_ms_per_query"]} for n, c in costs.items()]
-    lat_md = table(lat_rows, list(lat_rows[0].keys()))
-    print("\nAdded latency of each fusion on gathered candidates (ms/query)\n" + lat_md)
-    write_json(RESULTS / "fusion.json", {"machine": machine(), "ndcg_recall": per_coll, "costs": costs})
-    doc = ROOT / "docs" / "fusion.md"
-    doc.write_text("# Fusion benchmark\n\nGenerated by `python benchmarks/fusion.py` on "
-                   f"{machine()['cpus']} CPU cores. nDCG@10 over each method's top-100 (pytrec_eval; TREC DL "
-                   "binary metrics count grade >= 2). Tuned rows: settings picked on half the queries, "
-                   "scored on the other half, both ways.\n\n" + md +
-                   "\n\n## GQR cost (ms per query, batched, 50 Adam steps)\n\n" + cost_md +
-                   "\n\n## Added latency per fusion (ms per query, on gathered candidates)\n\n" + lat_md + "\n")
-    print(f"wrote {doc}")
+
+    singles = list(R3)
+    methods = [*singles, *CANDIDATES]
+    mean = {m: {n: {k: float(v.mean()) for k, v in perq[m][n].items()} for n in names} for m in methods}
+    # the rule: never below the best single retriever (tolerance TOL) in nDCG@10 and MRR@10
+    best_single = {n: {k: max(mean[s][n][k] for s in singles) for k in METRICS} for n in names}
+
+    def rule(m: str, n: str) -> bool:
+        return all(mean[m][n][k] >= best_single[n][k] - TOL for k in ("ndcg@10", "mrr@10"))
+
+    # leave-one-collection-out choice among the fusion candidates (by mean nDCG@10 on the others)
+    fusions = list(CANDIDATES)
+    loco = {}
+    for n in names:
+        others = [x for x in names if x != n]
+        loco[n] = max(fusions, key=lambda m: np.mean([mean[m][x]["ndcg@10"] for x in others]))
+    perq["LOCO-selected fusion (held-out)"] = {n: perq[loco[n]][n] for n in names}
+    mean["LOCO-selected fusion (held-out)"] = {n: mean[loco[n]][n] for n in names}
+    methods.append("LOCO-selected fusion (held-out)")
+
+    tables = {}
+    for k in METRICS:
+        rows = []
+        for m in methods:
+            row = {"method": m, **{n: mean[m][n][k] for n in names}, "avg": float(np.mean([mean[m][n][k] for n in names]))}
+            if m not in singles:
+                row["never below best single"] = "yes" if all(rule(m, n) for n in names) else \
+                    "no: " + ", ".join(n for n in names if not rule(m, n))
+            rows.append(row)
+        tables[k] = table(rows, ["method", *names, "avg", "never below best single"])
+        print(f"\n{k} (top-100 runs; rule = within {TOL} of the best single retriever in nDCG@10 and MRR@10)\n"
+              + tables[k])
+    sig_rows = []
+    for n in names:
+        a, b = perq[NEW_LABEL][n], perq[TODAY_LABEL][n]
+        row = {"collection": n, "queries": len(a["ndcg@10"])}
+        for k in ("ndcg@10", "mrr@10"):
+            row[f"delta {k}"] = float((a[k] - b[k]).mean())
+            row[f"p rand {k}"] = randomisation_p(a[k], b[k])
+            row[f"p t {k}"] = float(ttest_rel(a[k], b[k]).pvalue) if np.any(a[k] - b[k]) else 1.0
+        row["rule new"] = "yes" if rule(NEW_LABEL, n) else "no"
+        row["rule today"] = "yes" if rule(TODAY_LABEL, n) else "no"
+        row["LOCO pick"] = loco[n]
+        sig_rows.append(row)
+    sig_md = table(sig_rows, list(sig_rows[0]))
+    print("\nNew default vs today's default: paired tests over queries (randomisation 10k, t-test)\n" + sig_md)
+    depth_md = table(depth_rows, list(depth_rows[0]))
+    print("\nCandidate depth per retriever (GQR, nDCG@10)\n" + depth_md)
+    cost_rows = [{"collection": n, **c} for n, c in costs.items()]
+    cost_md = table(cost_rows, list(cost_rows[0]))
+    print("\nCost (ms per query, pre-encoded queries)\n" + cost_md)
+    write_json(RESULTS / "fusion.json", {
+        "machine": machine(), "metrics": mean, "best_single": best_single, "loco": loco,
+        "significance": sig_rows, "depth": depth_rows, "costs": costs,
+        "ndcg_recall": {m: {n: {k: mean[m][n][k] for k in ("ndcg@10", "recall@100")} for n in names} for m in methods}})
+    _write_doc(tables, sig_md, depth_md, cost_md)
     return 0
 
 
-def _t(fn) -> float:  # type: ignore[no-untyped-def]
+def _einsum_refine(q0: np.ndarray, D: np.ndarray, valid: np.ndarray, guide: np.ndarray, cfg: GQRConfig) -> np.ndarray:
+    """GQR as hybridret ran it before issue #12 (one einsum over the whole batch per step): the
+    baseline the blocked implementation is timed and checked against in the same run."""
+    q = q0.astype(np.float32).copy()
+    D = D.astype(np.float32)
+    g = normalise(guide, valid, cfg.guide_norm)
+    s0 = np.einsum("nd,nmd->nm", q, D)
+    target = ((1 - cfg.alpha) * masked_softmax(s0 / cfg.t_dense, valid) + cfg.alpha * masked_softmax(g / cfg.t_guide, valid))
+    target = target.astype(np.float32)
+    m, v = np.zeros_like(q), np.zeros_like(q)
+    for step in range(1, cfg.steps + 1):
+        p = masked_softmax(np.einsum("nd,nmd->nm", q, D) / cfg.t_dense, valid)
+        grad = np.einsum("nm,nmd->nd", p - target, D) / cfg.t_dense
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad * grad
+        q -= cfg.lr * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
+    return q
+
+
+def _costs(r: HybridRetriever, c: Candidates, q: QueryBatch, name: str) -> dict[str, float]:
+    """GQR step alone (blocked vs the previous einsum loop, same run), fusion, and the whole hybrid
+    search from encoded queries."""
+    snap, n = r.searcher.snapshot, len(q)
+    g = c.exact["sparse"]
+    cfg = GQRConfig()
+    out: dict[str, float] = {"union": float(c.valid.sum(1).mean())}
+    new = old = None
+
+    def run_new() -> None:
+        nonlocal new
+        new = gqr_refine(q.dense, c.vectors, c.valid, g, cfg)
+
+    def run_old() -> None:
+        nonlocal old
+        old = _einsum_refine(q.dense, c.vectors, c.valid, g, cfg)
+
+    t_new = min(_t(run_new) for _ in range(3)) / n
+    t_old = min(_t(run_old) for _ in range(3)) / n
+    rank = {}
+    for lab, qq in (("new", new), ("old", old)):
+        rank[lab] = select(c.rows, np.where(c.valid, np.matmul(c.vectors, qq[:, :, None])[:, :, 0], -np.inf), {}, 100)[0]
+    out["gqr step ms (blocked)"] = t_new * 1e3
+    out["gqr step ms (previous einsum)"] = t_old * 1e3
+    out["speed-up"] = t_old / t_new
+    out["top-10 identical"] = float((rank["new"][:, :10] == rank["old"][:, :10]).all(1).mean())
+    out["top-100 identical"] = float((rank["new"] == rank["old"]).all(1).mean())
+    out["max |dq|"] = float(np.abs(new - old).max())  # type: ignore[operator]
+    out["fuse ms, new default"] = min(_t(lambda: fuse(NEW, c, 10, None, q)) for _ in range(3)) / n * 1e3
+    out["gather ms"] = min(_t(lambda: gather_candidates(R3, 100, snap, q)) for _ in range(2)) / n * 1e3
+    out["hybrid search ms (batched)"] = min(_t(lambda: fused_search(NEW, 10, snap, q)) for _ in range(2)) / n * 1e3
+    few = min(n, 50)
+    out["hybrid search ms (one query at a time)"] = _t(lambda: [fused_search(NEW, 10, snap, q.slice(i, i + 1))
+                                                                 for i in range(few)]) / few * 1e3
+    return out
+
+
+def _t(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
+
+
+MARK = "<!-- generated by benchmarks/fusion.py: everything below this line is rewritten -->"
+
+
+def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str) -> None:
+    """Rewrite the measured part of docs/fusion.md (below :data:`MARK`); the text above stays."""
+    doc = ROOT / "docs" / "fusion.md"
+    old = doc.read_text() if doc.is_file() else "# Fusion\n\n"
+    head = old.split(MARK)[0].rstrip() + "\n\n"
+    doc.write_text(
+        head + MARK + "\n\n## Measured\n\n"
+        f"Each retriever's top-100, exact scores on the union, pytrec_eval over each method's top-100; the rule column "
+        f"checks nDCG@10 and MRR@10 within {TOL} of the best single retriever on every collection. "
+        "LOCO row: for each collection, the fusion candidate with the best mean nDCG@10 on the *other* collections.\n\n"
+        "### nDCG@10\n\n" + tables["ndcg@10"] + "\n\n### MRR@10\n\n" + tables["mrr@10"] +
+        "\n\n### Recall@100\n\n" + tables["recall@100"] +
+        "\n\n### New default vs today's default (paired, per query)\n\n" + sig_md +
+        "\n\n### Candidate depth per retriever (nDCG@10)\n\n" + depth_md +
+        "\n\n### Cost (ms per query, pre-encoded queries, this machine)\n\n" + cost_md + "\n")
+    print(f"wrote {doc}")
 
 
 if __name__ == "__main__":

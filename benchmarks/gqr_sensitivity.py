@@ -1,4 +1,5 @@
-"""GQR sensitivity: vary one setting at a time around the default and report avg nDCG@10.
+"""GQR sensitivity: vary one setting at a time around the ``hybrid`` default (GQR with
+agreement-weighted guides) and report avg nDCG@10.
 
     python benchmarks/gqr_sensitivity.py      (uses the indexes built by benchmarks/fusion.py)
 
@@ -15,18 +16,19 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, SHARED, encode_queries, machine, table, write_json  # noqa: E402
+from _common import RESULTS, ROOT, SHARED, machine, table, write_json  # noqa: E402
+from fusion import NEW, cached_queries  # noqa: E402
 
 from hybridret import HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_rows  # noqa: E402
-from hybridret.hybrid import FusionConfig, fuse, gather_candidates  # noqa: E402
+from hybridret.hybrid import fuse, gather_candidates  # noqa: E402
 
 SWEEP = {"steps": [10, 25, 50, 100], "lr": [3e-4, 1e-3, 3e-3], "alpha": [0.3, 0.5, 0.7, 0.9],
          "t_dense": [0.05, 0.1, 0.2], "t_guide": [0.5, 1.0, 2.0]}
 
 
 def main() -> int:
-    base = FusionConfig("gqr")
+    base = NEW
     folders = sorted(p for p in SHARED.iterdir() if (ROOT / "indexes" / f"bench-{p.name}" / "manifest.json").exists())
     if not folders:
         print("no indexes: run benchmarks/fusion.py first", file=sys.stderr)
@@ -38,13 +40,14 @@ def main() -> int:
                 settings.append((f"{name}={v:g}", base.with_(gqr=replace(base.gqr, **{name: v}))))
     for depth in (10, 30):
         settings.append((f"depth={depth}", base.with_(depth=depth)))
+    settings.append(("fixed guide weights (gqr)", base.with_(guide_weighting="fixed")))
     scores = {label: [] for label, _ in settings}
     for folder in folders:
         r = HybridRetriever.load(ROOT / "indexes" / f"bench-{folder.name}")
         queries, qrels = load_queries(folder / "queries.jsonl"), load_qrels(folder / "qrels" / "test.tsv")
         qids = [q for q in queries if qrels.get(q)]
         texts = [queries[q] for q in qids]
-        q = encode_queries(r, texts)
+        q = cached_queries(r, folder.name, texts)
         snap = r.searcher.snapshot
         level = 2 if "msmarco" in folder.name else 1
         cache = {}

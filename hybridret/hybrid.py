@@ -15,18 +15,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import ConfigError, check_fields
-from .fusion import candidate_union, linear_fusion, normalise, rrf_fusion
-from .refine import GQRConfig, gqr_refine
+from .fusion import candidate_union, linear_fusion, rrf_fusion
+from .refine import GQRConfig, adaptive_guide, gqr_scores, guide_signal
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
     from .index.snapshot import Snapshot
 
-__all__ = ["FUSION_CHUNK", "FUSION_METHODS", "RETRIEVERS", "Candidates", "FusionConfig", "fuse", "fused_search",
-           "gather_candidates"]
+__all__ = ["FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "RETRIEVERS", "Candidates", "FusionConfig", "fuse",
+           "fused_search", "gather_candidates", "guide_scores", "guide_weights"]
 
 FUSION_METHODS = ("linear", "rrf", "gqr")
+GUIDE_WEIGHTINGS = ("fixed", "agreement")
 FUSION_CHUNK = 256  # queries fused at a time: bounds GQR's (queries, candidates, dim) block
 
 
@@ -39,6 +40,12 @@ class FusionConfig:
     weights of the guide mixture (each guide's scores z-scored over the candidates, then summed);
     the default guide mixes learned sparse and BM25 equally (on indexes without BM25 text,
     :meth:`HybridRetriever.fusion_config` falls back to the sparse guide alone).
+
+    ``guide_weighting="agreement"`` (what ``hybrid`` uses by default) scales each guide's weight per
+    query by how much its top 10 agrees with the other retrievers' top 10s (:mod:`hybridret.qpp`),
+    so a guide that is off on a query (BM25 on a paraphrased MS MARCO question) pulls less;
+    ``"fixed"`` (the default of an explicit config, and of configs stored before it existed) uses
+    ``guide`` as given.
     """
 
     method: str = "linear"
@@ -49,6 +56,7 @@ class FusionConfig:
     depth: int = 100
     guide: Mapping[str, float] = field(default_factory=lambda: {"sparse": 0.5, "bm25": 0.5})
     gqr: GQRConfig = field(default_factory=GQRConfig)
+    guide_weighting: str = "fixed"
 
     def __post_init__(self) -> None:
         if self.method not in FUSION_METHODS:
@@ -63,6 +71,9 @@ class FusionConfig:
             raise ConfigError("GQR needs at least one guide retriever (sparse and/or bm25)")
         if self.method == "gqr" and "dense" in self.guide:
             raise ConfigError("GQR optimises the dense query: dense cannot also be its guide")
+        if self.guide_weighting not in GUIDE_WEIGHTINGS:
+            raise ConfigError(f"unknown guide_weighting {self.guide_weighting!r}; expected one of "
+                              f"{', '.join(GUIDE_WEIGHTINGS)}")
         if isinstance(self.gqr, Mapping):
             object.__setattr__(self, "gqr", GQRConfig.from_dict(dict(self.gqr)))
 
@@ -99,11 +110,16 @@ class FusionConfig:
 
 @dataclass
 class Candidates:
-    """The union of the retrievers' top lists with every retriever's exact scores."""
+    """The union of the retrievers' top lists with every retriever's exact scores.
+
+    ``vectors`` (optional) holds the stored dense vectors of the rows (zeros for ``-1``): with it,
+    :func:`fuse` needs no snapshot for any method but GQR's ``final="research"``, so a coordinator
+    can fuse a union gathered from shards."""
 
     rows: np.ndarray  # (nq, m), -1 padded
     exact: dict[str, np.ndarray]  # retriever -> (nq, m) exact scores
     listed: dict[str, np.ndarray]  # retriever -> (nq, m) bool: candidate is in that retriever's own list
+    vectors: np.ndarray | None = None  # (nq, m, dim) float32 dense vectors of the rows
 
     @property
     def valid(self) -> np.ndarray:
@@ -111,9 +127,9 @@ class Candidates:
 
 
 def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *,
-                      filt: Filter | None = None, score_all: tuple[str, ...] = ()) -> Candidates:
+                      filt: Filter | None = None, score_all: tuple[str, ...] = (), vectors: bool = False) -> Candidates:
     """Top ``depth`` of each retriever in ``names`` (pre-filtered), their union, and exact scores
-    from every retriever in ``names + score_all``."""
+    from every retriever in ``names + score_all``; with ``vectors``, the rows' dense vectors too."""
     ctx = {name: REGISTRY[name].prepare(snap, q) for name in dict.fromkeys((*names, *score_all))}
     lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name])[0] for name in names}
     union = candidate_union(*lists.values())
@@ -121,7 +137,7 @@ def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: Que
     if "dense" in exact:  # padding scores -inf, as the dense index does
         exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
     listed = {name: _member(union, rows) for name, rows in lists.items()}
-    return Candidates(rows=union, exact=exact, listed=listed)
+    return Candidates(rows=union, exact=exact, listed=listed, vectors=vectors_of(snap, union) if vectors else None)
 
 
 def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -131,14 +147,16 @@ def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def guide_weights(config: FusionConfig, cands: Candidates) -> dict[str, float | np.ndarray]:
+    """GQR's guide weights for these candidates (see :func:`hybridret.refine.adaptive_guide`)."""
+    if config.guide_weighting == "fixed":
+        return dict(config.guide)
+    return adaptive_guide(config.guide, cands.exact, cands.listed, config.union_retrievers)
+
+
 def guide_scores(cands: Candidates, guide: Mapping[str, float]) -> np.ndarray:
     """A single guide signal: one retriever's raw scores, or a weighted sum of z-scored scores."""
-    valid = cands.valid
-    if len(guide) == 1:
-        (name,) = guide
-        return np.where(valid, cands.exact[name], 0.0)
-    total = sum(abs(w) for w in guide.values()) or 1.0
-    return sum((w / total) * normalise(cands.exact[name], valid, "zscore") for name, w in guide.items())  # type: ignore[return-value]
+    return guide_signal(cands.exact, cands.valid, guide)
 
 
 def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None
@@ -157,9 +175,12 @@ def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *,
             {n: np.concatenate([p[2][n] for p in parts]) for n in names})
 
 
-def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot, q: QueryBatch, *,
+def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
          filt: Filter | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set)."""
+    """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set).
+
+    ``snap`` may be ``None`` when ``cands.vectors`` is set (or for linear / RRF): everything but
+    GQR's ``final="research"`` is then computed from the candidates and the queries alone."""
     valid = cands.valid
     if config.method == "linear":
         fused = linear_fusion({r: cands.exact[r] for r in config.retrievers}, valid, config.weights,
@@ -169,22 +190,29 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot, q: Que
         fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
         return select(cands.rows, fused, cands.exact, k)
     # GQR: refine the dense query towards the guide, then rank with it
-    metrics = {s.dense.metric for s in snap.segments if s.dense is not None}
-    if not REGISTRY["dense"].available(snap) or metrics != {"ip"}:
-        raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
-    g = guide_scores(cands, config.guide)
-    docs = vectors_of(snap, cands.rows)
+    if snap is not None:
+        metrics = {seg.dense.metric for seg in snap.segments if seg.dense is not None}
+        if not REGISTRY["dense"].available(snap) or metrics != {"ip"}:
+            raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
     gqr = config.gqr
-    guide_norm = gqr.guide_norm if len(config.guide) == 1 else "none"  # a mixture is z-scored already
-    refined = gqr_refine(q.dense, docs, valid, g, replace(gqr, guide_norm=guide_norm))  # type: ignore[arg-type]
-    exact = dict(cands.exact)
+    if gqr.final == "research" and snap is None:
+        raise ConfigError("GQR with final='research' searches the dense index again: it needs the snapshot")
+    if cands.vectors is not None:
+        docs = cands.vectors
+    elif snap is not None:
+        docs = vectors_of(snap, cands.rows)
+    else:
+        raise ConfigError("GQR needs the candidates' dense vectors: gather them with vectors=True or pass the snapshot")
+    if q.dense is None:
+        raise ConfigError("GQR needs the queries' dense vectors")
+    refined, refined_scores, g = gqr_scores(gqr, guide_weights(config, cands), cands.exact, valid, q.dense, docs)
     if gqr.final == "research":
         dense = REGISTRY["dense"]
-        rq = QueryBatch(q.texts, refined.astype(np.float32), q.sparse)
-        rows, scores = search_rows(dense, snap, rq, k, filt)
-        comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}
+        rq = QueryBatch(q.texts, refined, q.sparse)
+        rows, scores = search_rows(dense, snap, rq, k, filt)  # type: ignore[arg-type]
+        comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}  # type: ignore[arg-type]
         return rows, scores, comps
-    refined_scores = np.where(valid, np.einsum("nd,nmd->nm", refined, docs), -np.inf)
+    exact = dict(cands.exact)
     exact["dense_refined"] = refined_scores
     if gqr.final == "fuse":
         fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,

@@ -242,7 +242,8 @@ class Searcher:
                       snap: Snapshot | None = None) -> FusionConfig | None:
         """The fusion settings for a method: explicit ``fusion`` first, then what ``hybridret tune``
         stored in the index, then defaults (``hybrid`` = GQR guided by learned sparse + BM25, the best
-        fixed setting measured in docs/fusion.md), dropping whatever this index lacks. ``None`` when
+        fixed setting measured in docs/fusion.md, its guide weights set per query by the retrievers'
+        top-10 agreement), dropping whatever this index lacks. ``None`` when
         ``hybrid`` has a single retriever to run (e.g. a sparse-only index without BM25)."""
         snap = snap or self._snap
         stored = snap.manifest.get("fusion")
@@ -255,7 +256,8 @@ class Searcher:
                 return cfg
         have = self.available(snap)
         usable = tuple(r for r in RETRIEVERS if have[r])
-        cfg = FusionConfig(method="gqr" if method == "hybrid" else method)
+        # ``hybrid`` = GQR with agreement-weighted guides (docs/fusion.md); ``gqr`` keeps fixed weights
+        cfg = FusionConfig(method="gqr", guide_weighting="agreement") if method == "hybrid" else FusionConfig(method=method)
         if cfg.method == "gqr":
             guide = {r: w for r, w in cfg.guide.items() if have[r]}
             if have["dense"] and guide:
@@ -305,7 +307,8 @@ class Searcher:
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
         """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
-        query refined towards the learned-sparse + BM25 scores of the candidates), one retriever
+        query refined towards the learned-sparse + BM25 scores of the candidates, each guide weighted
+        per query by its top-10 agreement with the other retrievers), one retriever
         (``"dense"``, ``"sparse"``, ``"bm25"``) or a fusion method (``"linear"``, ``"rrf"``,
         ``"gqr"``, see :class:`FusionConfig`). ``filter`` (see :mod:`hybridret.filters`) is applied
         before top-k: exact methods return the exact top-k of the matching documents (learned sparse

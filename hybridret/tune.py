@@ -21,7 +21,8 @@ logger = logging.getLogger(__name__)
 
 
 def default_grid(has_bm25: bool = True, depth: int = 100) -> list[FusionConfig]:
-    """About 50 settings: linear (2 and 3 signals), RRF, and GQR with sparse / BM25 / mixed guides."""
+    """About 60 settings: linear (2 and 3 signals), RRF, and GQR with sparse / BM25 / mixed guides
+    (the mixture with fixed and with agreement weights)."""
     grid: list[FusionConfig] = []
     for norm in ("minmax", "zscore"):
         for w in (0.3, 0.4, 0.5, 0.6, 0.7):
@@ -42,6 +43,9 @@ def default_grid(has_bm25: bool = True, depth: int = 100) -> list[FusionConfig]:
         for alpha in (0.3, 0.5, 0.7):
             for t_dense in (0.05, 0.1):
                 grid.append(FusionConfig("gqr", guide=guide, depth=depth, gqr=GQRConfig(alpha=alpha, t_dense=t_dense)))
+                if len(guide) > 1:  # the hybrid default's per-query guide weights (docs/fusion.md)
+                    grid.append(FusionConfig("gqr", guide=guide, depth=depth, guide_weighting="agreement",
+                                             gqr=GQRConfig(alpha=alpha, t_dense=t_dense)))
     return grid
 
 

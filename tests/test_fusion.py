@@ -181,3 +181,50 @@ def test_candidate_union_edge_cases():
     assert candidate_union(np.zeros((0, 3), dtype=np.int64)).shape == (0, 1)
     with pytest.raises(ConfigError):
         candidate_union()
+
+
+# ------------------------------------------------------------------------------------ qpp: agreement
+
+
+def test_top_mask_picks_best_listed_ties_by_position():
+    from hybridret.qpp import top_mask
+
+    scores = np.array([[5.0, 9.0, 9.0, 1.0, 7.0]])
+    listed = np.array([[T, T, T, T, F]])  # 7.0 is not in this retriever's own list
+    assert_array_equal(top_mask(scores, listed, 2), [[F, T, T, F, F]])
+    assert_array_equal(top_mask(scores, listed, 3), [[T, T, T, F, F]])
+    # fewer listed than k: only the listed ones
+    assert_array_equal(top_mask(scores, np.array([[F, T, F, F, F]]), 3), [[F, T, F, F, F]])
+    with pytest.raises(ConfigError):
+        top_mask(scores, listed, 0)
+
+
+def test_agreement_hand_computed():
+    from hybridret.qpp import agreement
+
+    # 6 candidates, k = 2. tops: a = {0, 1}, b = {1, 2}, c = {4, 5}
+    exact = {"a": np.array([[9.0, 8, 1, 1, 1, 1]]), "b": np.array([[1.0, 8, 9, 1, 1, 1]]),
+             "c": np.array([[1.0, 1, 1, 1, 8, 9]])}
+    listed = {n: np.ones((1, 6), dtype=bool) for n in exact}
+    out = agreement(exact, listed, ["a", "b", "c"], k=2)
+    # a: |a∩b|/2 = 0.5, |a∩c|/2 = 0 -> 0.25; b: same -> 0.25; c: 0
+    assert_allclose(out["a"], [0.25])
+    assert_allclose(out["b"], [0.25])
+    assert_allclose(out["c"], [0.0])
+    assert_allclose(agreement(exact, listed, ["a"], k=2)["a"], [1.0])  # nothing to agree with
+    with pytest.raises(ConfigError, match="agreement needs"):
+        agreement(exact, listed, ["a", "zz"])
+
+
+def test_agreement_weights_hand_computed():
+    from hybridret.qpp import agreement_weights
+
+    agree = {"sparse": np.array([0.45, 0.0]), "bm25": np.array([0.15, 0.0])}
+    w = agreement_weights({"sparse": 0.5, "bm25": 0.5}, agree, floor=0.05)
+    # query 0: 0.5*0.5 = 0.25 and 0.5*0.2 = 0.1 -> 0.25/0.35, 0.1/0.35; query 1: nobody agrees -> equal
+    assert_allclose(w["sparse"], [0.25 / 0.35, 0.5])
+    assert_allclose(w["bm25"], [0.10 / 0.35, 0.5])
+    w = agreement_weights({"sparse": 3.0, "bm25": 1.0}, agree)  # base weights multiply
+    assert_allclose(w["sparse"], [1.5 / 1.7, 0.75])
+    with pytest.raises(ConfigError):
+        agreement_weights({"sparse": 1.0}, agree, floor=0.0)

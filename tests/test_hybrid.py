@@ -153,3 +153,41 @@ def test_defaults_adapt_to_a_dense_only_encoder_with_bm25(paired_encoder, small_
         assert hits.ids[0, 0] == "d24"
     with pytest.raises(ConfigError, match="learned-sparse"):
         r.search("x", method="sparse")
+
+
+def test_hybrid_default_is_agreement_guided_gqr_and_old_configs_keep_fixed_weights(retriever):
+    r, _ = retriever
+    cfg = r.fusion_config("hybrid")
+    assert cfg.method == "gqr" and cfg.guide_weighting == "agreement"
+    assert r.fusion_config("gqr").guide_weighting == "fixed"  # the explicit method keeps the old behaviour
+    old = FusionConfig().to_dict()
+    old.pop("guide_weighting")  # a config stored before the field existed
+    assert FusionConfig.from_dict({**old, "method": "gqr"}).guide_weighting == "fixed"
+    assert FusionConfig.from_dict(cfg.to_dict()) == cfg
+    with pytest.raises(ConfigError, match="guide_weighting"):
+        FusionConfig("gqr", guide_weighting="vibes")
+    hits = r.search(QUERIES, k=5)
+    assert hits.method == "hybrid:gqr" and hits.ids[1, 0] == "d24"
+
+
+def test_fuse_without_snapshot_from_candidate_vectors(retriever):
+    """The coordinator contract: with Candidates.vectors, fuse needs no snapshot and gives the same result."""
+    from hybridret.hybrid import fuse, gather_candidates
+
+    r, _ = retriever
+    snap = r.searcher.snapshot
+    q = r.encode_queries(QUERIES, {"dense", "sparse"})
+    cfg = r.fusion_config("hybrid")
+    with_vec = gather_candidates(cfg.union_retrievers, 8, snap, q, vectors=True)
+    assert with_vec.vectors.shape == (*with_vec.rows.shape, 384) and not with_vec.vectors[~with_vec.valid].any()
+    plain = gather_candidates(cfg.union_retrievers, 8, snap, q)
+    assert plain.vectors is None
+    for c in (cfg, FusionConfig("linear", ("dense", "sparse", "bm25")), FusionConfig("rrf")):
+        a = fuse(c, with_vec, 5, None, q)
+        b = fuse(c, plain, 5, snap, q)
+        np.testing.assert_array_equal(a[0], b[0])
+        np.testing.assert_allclose(a[1], b[1], rtol=1e-6)
+    with pytest.raises(ConfigError, match="vectors"):
+        fuse(cfg, plain, 5, None, q)
+    with pytest.raises(ConfigError, match="research"):
+        fuse(cfg.with_(gqr={"final": "research"}), with_vec, 5, None, q)

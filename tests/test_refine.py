@@ -91,3 +91,64 @@ def test_config_validation_and_round_trip():
     assert GQRConfig.from_dict(cfg.to_dict()) == cfg
     with pytest.raises(ConfigError, match="unknown"):
         GQRConfig.from_dict({"alpha": 0.5, "bogus": 1})
+
+
+def _reference_refine(q0, D, valid, target, cfg):
+    """GQR's Adam loop written the plain way (einsum over the whole batch), to check the blocked one."""
+    q = q0.astype(np.float64).copy()
+    m = np.zeros_like(q)
+    v = np.zeros_like(q)
+    for step in range(1, cfg.steps + 1):
+        _, grad = kl_loss_grad(q, D, valid, target, cfg.t_dense)
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad * grad
+        q -= cfg.lr * (m / (1 - 0.9**step)) / (np.sqrt(v / (1 - 0.999**step)) + 1e-8)
+    return q
+
+
+def test_blocked_refine_equals_the_plain_adam_loop():
+    from hybridret.refine import GQR_BLOCK
+
+    n = GQR_BLOCK + 5  # two blocks, the second partly filled
+    q, D, valid, guide = _problem(n=n, m=20, d=16, seed=5)
+    valid[GQR_BLOCK:, 11:] = False  # the second block is cut to 11 columns
+    valid[3, 4:] = False
+    cfg = GQRConfig(steps=30, lr=2e-3)
+    from hybridret.fusion import normalise
+
+    scores0 = np.einsum("nd,nmd->nm", q, D)
+    target = (0.5 * masked_softmax(scores0 / cfg.t_dense, valid)
+              + 0.5 * masked_softmax(normalise(guide, valid, "zscore"), valid))
+    expected = _reference_refine(q, D, valid, target, cfg)
+    np.testing.assert_allclose(gqr_refine(q, D, valid, guide, cfg), expected, atol=2e-5)
+
+
+def test_guide_signal_single_raw_and_per_query_weighted_mixture():
+    from hybridret.refine import guide_signal
+
+    valid = np.array([[True, True, True], [True, True, False]])
+    exact = {"sparse": np.array([[1.0, 2.0, 3.0], [4.0, 0.0, 9.0]]), "bm25": np.array([[3.0, 3.0, 0.0], [0.0, 2.0, 5.0]])}
+    np.testing.assert_allclose(guide_signal(exact, valid, {"sparse": 0.3}), [[1, 2, 3], [4, 0, 0]])
+    # z-scores: sparse q0 [-1.2247, 0, 1.2247], q1 [1, -1, 0]; bm25 q0 [0.7071, 0.7071, -1.4142], q1 [-1, 1, 0]
+    g = guide_signal(exact, valid, {"sparse": np.array([1.0, 3.0]), "bm25": np.array([1.0, 1.0])})
+    s6 = np.sqrt(1.5)
+    expected = [[0.5 * (-s6 + np.sqrt(0.5)), 0.5 * np.sqrt(0.5), 0.5 * (s6 - np.sqrt(2))], [0.75 - 0.25, -0.75 + 0.25, 0.0]]
+    np.testing.assert_allclose(g, expected, atol=1e-4)
+    with pytest.raises(ConfigError):
+        guide_signal(exact, valid, {})
+
+
+def test_adaptive_guide_follows_agreement():
+    from hybridret.refine import adaptive_guide
+
+    # dense and sparse share their top 10; BM25's top 10 is elsewhere: BM25's weight shrinks
+    m = 30
+    dense = np.arange(m, 0, -1, dtype=float)[None]
+    bm25 = np.arange(1, m + 1, dtype=float)[None]
+    exact = {"dense": dense, "sparse": dense.copy(), "bm25": bm25}
+    listed = {n: np.ones((1, m), dtype=bool) for n in exact}
+    w = adaptive_guide({"sparse": 0.5, "bm25": 0.5}, exact, listed, ("dense", "sparse", "bm25"))
+    # agreement: sparse (1 + 0)/2 = 0.5, bm25 0 -> 0.55 / 0.6 and 0.05 / 0.6
+    np.testing.assert_allclose(w["sparse"], [0.55 / 0.6])
+    np.testing.assert_allclose(w["bm25"], [0.05 / 0.6])
+    assert adaptive_guide({"bm25": 0.5}, exact, listed, ("dense", "bm25")) == {"bm25": 0.5}
