@@ -177,7 +177,8 @@ def job_query(kind: str, root: Path, qd: np.ndarray, qs: sp.csr_matrix, params: 
         elif kind == "sparse":
             ix = SparseIndex(root)
         else:  # scipy brute force over the index's own forward store
-            ld = lambda name: np.load(root / f"forward.{name}.npy")  # noqa: E731
+            fwd = root / "learned" if (root / "learned").is_dir() else root  # format 2 keeps it under learned/
+            ld = lambda name: np.load(fwd / f"forward.{name}.npy")  # noqa: E731
             DT = sp.csr_matrix((ld("data"), ld("indices"), ld("indptr")), shape=(len(ld("indptr")) - 1, qs.shape[1])).T.tocsr()
     base, out = {"load_s": t.seconds, "rss_MB": rss_mb() - r0}, []
     for p in params:

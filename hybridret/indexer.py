@@ -40,7 +40,7 @@ __all__ = ["DEFAULT_SETTINGS", "IndexWriter", "WriteResult", "as_document"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_SETTINGS: dict[str, Any] = {
-    "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "planes", "sparse_bits": 6,
+    "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "tfgrid", "sparse_bits": 6,
     "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
 }
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source")  # carried from commit to commit
@@ -441,11 +441,18 @@ class IndexWriter:
         logger.info("deleted %d documents (commit %d)", result.deleted, result.commit)
         return result
 
-    def compact(self, *, reuse: Mapping[str, Any] | None = None, show_progress: bool | None = None) -> WriteResult:
+    def compact(self, *, reuse: Mapping[str, Any] | None = None, show_progress: bool | None = None,
+                migrate: bool = False) -> WriteResult:
         """Merge every segment into one and drop tombstoned documents, re-encoding nothing. BM25
-        statistics then equal those of a fresh build of the live documents."""
+        statistics then equal those of a fresh build of the live documents. ``migrate`` switches the
+        index to the current sparse format (``sparse_scheme="tfgrid"``) and rewrites even a single
+        segment that is in an older one."""
         snap = self.snapshot(reuse)
-        if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0):
+        stale = False
+        if migrate:
+            self.settings["sparse_scheme"] = DEFAULT_SETTINGS["sparse_scheme"]
+            stale = snap is not None and any(s.sparse is not None and s.sparse.learned is None for s in snap.segments)
+        if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0 and not stale):
             return WriteResult()
         return self._merge(snap, list(range(len(snap.segments))), show_progress=show_progress, what="compacted")
 

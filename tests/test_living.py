@@ -598,3 +598,39 @@ def test_get_documents_by_id(living, sample_docs):
 
     with pytest.raises(ConfigError):
         living.get([1])
+
+
+def test_sparse_format_1_index_searches_and_migrates_on_compact(paired_encoder, sample_docs, queries, cache, tmp_path,
+                                                                capsys):
+    """An index of today's sparse format 1 (bit planes, BM25 in tantivy, no BM25 store) is read as
+    it is; ``compact --migrate`` rewrites it in format 2 (tf grid + BM25 store) with the same
+    results, and later writes stay in format 2."""
+    path = tmp_path / "planes"
+    r = HybridRetriever(paired_encoder, sparse_scheme="planes").index(sample_docs[:150], encode_cache=cache,
+                                                                       workdir=path)
+    r.add(sample_docs[150:200], encode_cache=cache)
+    r.delete([d["id"] for d in sample_docs[:150:10]])
+    for seg in r.searcher.snapshot.segments:  # as written before the BM25 store existed
+        shutil.rmtree(seg.root / "sparse" / "bm25")
+        info = json.loads((seg.root / "segment.json").read_text())
+        info["files"] = {k: v for k, v in info["files"].items() if not k.startswith("sparse/bm25/")}
+        (seg.root / "segment.json").write_text(json.dumps(info))
+    del r
+    old = HybridRetriever.load(path, encoder=paired_encoder)
+    assert all(s.sparse.learned is None and s.sparse.bm25_store is None for s in old.searcher.snapshot.segments)
+    before = {m: old.search(queries, k=K, method=m) for m in ("dense", "sparse", "bm25", "hybrid")}
+    del old
+    assert main(["compact", str(path), "--migrate"]) == 0
+    capsys.readouterr()
+    new = HybridRetriever.load(path, encoder=paired_encoder)
+    (seg,) = new.searcher.snapshot.segments
+    assert seg.sparse.meta["format"] == "hybridret-sparse-v2" and seg.sparse.learned is not None
+    assert json.loads((path / "manifest.json").read_text())["settings"]["sparse_scheme"] == "tfgrid"
+    for m in ("dense", "sparse"):  # independent of segmentation and format: the same exact scores
+        got = new.search(queries, k=K, method=m)
+        np.testing.assert_allclose(got.scores, before[m].scores, rtol=1e-5, atol=1e-6)
+    fresh = build(paired_encoder, [d for d in sample_docs[:200] if d not in sample_docs[:150:10]], cache)
+    np.testing.assert_allclose(new.search(queries, k=K, method="bm25").scores,
+                               fresh.search(queries, k=K, method="bm25").scores, rtol=1e-5)
+    new.add(sample_docs[200:210], encode_cache=cache)
+    assert all(s.sparse.learned is not None for s in new.searcher.snapshot.segments)

@@ -333,7 +333,8 @@ def test_load_errors(saved_a, tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
-@pytest.mark.parametrize("name", ["forward.data.npy", "forward.indptr.npy", "forward.indices.npy"])
+@pytest.mark.parametrize("name", ["learned/forward.data.npy", "learned/forward.indptr.npy", "learned/forward.indices.npy",
+                                  "bm25/postings.docs.npy", "bm25/lengths.npy", "bm25/vocab.json"])
 def test_corrupt_forward_store(saved_a, tmp_path, name, damage):
     copy = copy_index(saved_a, tmp_path / "c")
     gen = json.loads((copy / "manifest.json").read_text())["segments"][0]["name"]

@@ -21,13 +21,9 @@ The same index holds a ``text`` field (English stemming, stop words) for plain B
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import tempfile
 import weakref
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,31 +31,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ConfigError, IndexFormatError
+from ._tantivy import BM25_TOKENIZER, SparseSearchStats, run_queries
+from ._tantivy import bm25_analyzer as _bm25_analyzer
+from ._tantivy import open_tantivy as _open_tantivy
+from .bm25 import BM25Store, BM25StoreBuilder
+from .learned import LearnedIndex
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["SparseIndex", "SparseIndexBuilder", "SparseSearchStats"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "hybridret-sparse-v1"
-BM25_TOKENIZER = "hybridret_en"
-SCHEMES = ("planes", "buckets")
+FORMAT = "hybridret-sparse-v1"  # bit planes / buckets and BM25 text in one tantivy index (read and written)
+FORMAT_V2 = "hybridret-sparse-v2"  # learned terms on a tf grid (index/learned.py) + BM25 posting store (index/bm25.py)
+SCHEMES = ("tfgrid", "planes", "buckets")
 INVERTED_MAX = 8192  # indexes up to this many documents keep an in-memory inverted copy
 _REL_TOL = 1e-5  # float32 summation slack in tantivy's scores
 _ABS_TOL = 1e-6
-
-
-def _bm25_analyzer() -> Any:
-    import tantivy
-
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(40))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.stopword("english"))
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
-    )
 
 
 def _schema() -> Any:
@@ -75,61 +63,6 @@ def _schema() -> Any:
 def _token_table(vocab_size: int, bits: int) -> np.ndarray:
     """Token string for (term, bit) at position ``term * bits + bit``."""
     return np.array([f"{t}_{j}" for t in range(vocab_size) for j in range(bits)], dtype=object)
-
-
-@dataclass
-class SparseSearchStats:
-    """How much work the exact top-k needed on the last :meth:`SparseIndex.search` call."""
-
-    queries: int = 0
-    fetched: list[int] = field(default_factory=list)  # final tantivy depth per query
-    rounds: list[int] = field(default_factory=list)  # tantivy searches per query
-    brute_force: int = 0  # queries that fell back to scoring every document
-
-
-_SWEPT: set[int] = set()
-
-
-def _sweep_views() -> None:
-    """Once per process: remove link folders left by readers that were killed (their pid is gone)."""
-    if os.getpid() in _SWEPT:
-        return
-    _SWEPT.add(os.getpid())
-    for old in Path(tempfile.gettempdir()).glob("hybridret-tantivy-*"):
-        try:
-            pid = int(old.name.split("-")[2])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(old, ignore_errors=True)
-        except (ValueError, IndexError, OSError):
-            continue
-
-
-def _open_tantivy(path: Path) -> tuple[Any, Path]:
-    """Open a committed tantivy index for reading, through a private folder of links to its files.
-
-    tantivy takes a lock file in the index folder even to read (and waits on it): a reader would
-    need write access (read-only volumes, image layers and shared mounts fail) and would block while
-    another process, paused mid-open, holds that lock. A committed segment never changes, so the
-    lock protects nothing here; opening through links keeps it private to this reader. Returns the
-    index and the link folder (remove it when the index is closed)."""
-    import tantivy
-
-    if not path.is_dir():
-        raise IndexFormatError(f"missing index folder {path}")
-    _sweep_views()
-    view = Path(tempfile.mkdtemp(prefix=f"hybridret-tantivy-{os.getpid()}-"))
-    try:
-        for f in path.iterdir():
-            if not f.name.endswith(".lock"):
-                (view / f.name).symlink_to(f.resolve())
-        return tantivy.Index.open(str(view)), view
-    except (ValueError, OSError) as exc:
-        shutil.rmtree(view, ignore_errors=True)
-        raise IndexFormatError(f"{path}: cannot open tantivy index: {exc}") from exc
-    except BaseException:
-        shutil.rmtree(view, ignore_errors=True)
-        raise
 
 
 class SparseIndexBuilder:
@@ -163,6 +96,7 @@ class SparseIndexBuilder:
         self.data = NpyAppender(root / "forward.data.npy", np.float32)
         self.rows = 0
         self.nnz = 0
+        self.bm25_store = BM25StoreBuilder(root / "bm25", _bm25_analyzer()) if bm25 else None  # index/bm25.py
 
     def add(self, weights: sp.csr_matrix, texts: Sequence[str] | None = None) -> None:
         """Add documents: one CSR row of term weights each, plus their text for BM25."""
@@ -195,6 +129,8 @@ class SparseIndexBuilder:
             token_ids = w.indices.astype(np.int64) * self.slots + slot
             np.maximum.at(flat, token_ids, w.data)
         self.df += np.bincount(w.indices, minlength=self.vocab_size)
+        if self.bm25_store is not None:
+            self.bm25_store.add(texts if texts is not None else [""] * w.shape[0])
         token_strs = self.tokens[token_ids]
         # bounds of each document's tokens in token_strs (entries are row-major, so rows stay contiguous)
         bounds = np.searchsorted(entry, w.indptr)
@@ -222,6 +158,8 @@ class SparseIndexBuilder:
         np.save(self.root / "slot_weight.npy", self.slot_weight)
         np.save(self.root / "overflow.npy", self.overflow)
         np.save(self.root / "df.npy", self.df)
+        if self.bm25_store is not None:
+            self.bm25_store.close()
         atomic_write_json(self.root / "meta.json", {
             "format": FORMAT, "num_docs": self.rows, "nnz": self.nnz, "vocab_size": self.vocab_size,
             "scheme": self.scheme, "slots": self.slots, "bits": self.bits, "step": self.step,
@@ -235,6 +173,8 @@ class SparseIndexBuilder:
     def abort(self) -> None:
         for f in (self.indptr, self.indices, self.data):
             f.abort()
+        if self.bm25_store is not None:
+            self.bm25_store.abort()
         try:
             self.writer.rollback()
         except (ValueError, RuntimeError):
@@ -242,13 +182,54 @@ class SparseIndexBuilder:
         del self.writer  # releases tantivy's worker threads, lock and files before the folder goes
 
 
+class TfGridPartBuilder:
+    """Writes a format-2 sparse part: ``learned/`` (learned weights on tantivy's tf grid, with the
+    float forward store, see :mod:`.learned`) and ``bm25/`` (BM25 postings, see :mod:`.bm25`).
+    Use :meth:`SparseIndex.create` with ``scheme="tfgrid"``."""
+
+    def __init__(self, root: Path, vocab_size: int, *, bm25: bool, heap_size: int) -> None:
+        self.root = root
+        self.vocab_size = int(vocab_size)
+        self.bm25 = bm25
+        self.learned = LearnedIndex.create(root / "learned", self.vocab_size, heap_size=heap_size)
+        self.bm25_store = BM25StoreBuilder(root / "bm25", _bm25_analyzer()) if bm25 else None
+        self.rows = 0
+
+    def add(self, weights: sp.csr_matrix, texts: Sequence[str] | None = None) -> None:
+        """Add documents: one CSR row of term weights each, plus their text for BM25."""
+        if texts is not None and len(texts) != weights.shape[0]:
+            raise ConfigError(f"{weights.shape[0]} sparse rows but {len(texts)} texts")
+        self.learned.add(weights)
+        if self.bm25_store is not None:
+            self.bm25_store.add(texts if texts is not None else [""] * weights.shape[0])
+        self.rows += weights.shape[0]
+
+    def close(self) -> None:
+        self.learned.close()
+        if self.bm25_store is not None:
+            self.bm25_store.close()
+        atomic_write_json(self.root / "meta.json", {
+            "format": FORMAT_V2, "scheme": "tfgrid", "num_docs": self.rows, "nnz": self.learned.nnz,
+            "vocab_size": self.vocab_size, "bm25": self.bm25})
+
+    def abort(self) -> None:
+        self.learned.abort()
+        if self.bm25_store is not None:
+            self.bm25_store.abort()
+
+
 class SparseIndex:
-    """Exact learned-sparse top-k and BM25 over one directory (see the module docstring)."""
+    """Exact learned-sparse top-k and BM25 over one directory (see the module docstring): format 2
+    (``scheme="tfgrid"``, the default) or format 1 (bit planes / buckets, still read and written)."""
 
     def __init__(self, root: str | Path) -> None:
 
         self.root = Path(root)
         meta = read_json(self.root / "meta.json")
+        self.learned: LearnedIndex | None = None
+        if meta.get("format") == FORMAT_V2:
+            self._open_v2(meta)
+            return
         if meta.get("format") != FORMAT:
             raise IndexFormatError(f"{self.root}: unsupported sparse index format {meta.get('format')!r}")
         self.meta = meta
@@ -283,18 +264,40 @@ class SparseIndex:
         if self.searcher.num_docs != n:
             raise IndexFormatError(f"{self.root}: tantivy holds {self.searcher.num_docs} documents, meta.json says {n}")
         self.analyzer = _bm25_analyzer()
+        # BM25 posting store (index/bm25.py); absent in segments written before it: tantivy's path
+        self.bm25_store = BM25Store(self.root / "bm25") if (self.root / "bm25").is_dir() else None
+        if self.bm25_store is not None and self.bm25_store.num_docs != n:
+            raise IndexFormatError(f"{self.root}/bm25 holds {self.bm25_store.num_docs} documents, meta.json says {n}")
+
+    def _open_v2(self, meta: dict[str, Any]) -> None:
+        self.meta = meta
+        self.scheme = "tfgrid"
+        self.vocab_size = int(meta["vocab_size"])
+        n = int(meta["num_docs"])
+        self.learned = LearnedIndex(self.root / "learned")
+        if self.learned.num_docs != n:
+            raise IndexFormatError(f"{self.root}/learned holds {self.learned.num_docs} documents, meta.json says {n}")
+        self.forward, self.inverted = self.learned.forward, self.learned.inverted
+        self.bm25_store = BM25Store(self.root / "bm25") if meta.get("bm25") else None
+        if self.bm25_store is not None and self.bm25_store.num_docs != n:
+            raise IndexFormatError(f"{self.root}/bm25 holds {self.bm25_store.num_docs} documents, meta.json says {n}")
+        self.index = self.searcher = self.schema = None  # no tantivy text index: BM25 comes from the store
+        self.analyzer = _bm25_analyzer()
 
     # -- construction -------------------------------------------------------------------------
     @staticmethod
-    def create(root: str | Path, vocab_size: int, *, scheme: str = "planes", bits: int = 6, buckets: int = 16,
+    def create(root: str | Path, vocab_size: int, *, scheme: str = "tfgrid", bits: int = 6, buckets: int = 16,
                max_weight: float = 5.0, min_weight: float = 0.02, bm25: bool = True,
-               heap_size: int = 256_000_000, threads: int | None = None) -> SparseIndexBuilder:
+               heap_size: int = 256_000_000, threads: int | None = None) -> SparseIndexBuilder | TfGridPartBuilder:
         """Start a new index in the empty or absent directory ``root``.
 
-        ``scheme="planes"`` (default) indexes ``bits`` bit planes of ``ceil(w / step)``;
+        ``scheme="tfgrid"`` (default, format 2) stores learned weights on tantivy's own BM25 tf curve
+        and BM25 as a posting store (:mod:`.learned`, :mod:`.bm25`; ``bits``, ``buckets``,
+        ``max_weight``, ``min_weight`` and ``threads`` do not apply). Format 1 schemes:
+        ``scheme="planes"`` indexes ``bits`` bit planes of ``ceil(w / step)``;
         ``scheme="buckets"`` indexes one token per term in one of ``buckets`` geometric weight
         buckets (between ``min_weight`` and ``max_weight``), each queried with the largest weight
-        it holds for that term. Both give exact top-k; they trade postings against clauses.
+        it holds for that term. All give exact top-k; they trade postings against clauses.
         """
         if scheme not in SCHEMES:
             raise ConfigError(f"unknown sparse scheme {scheme!r}; expected one of {', '.join(SCHEMES)}")
@@ -306,6 +309,8 @@ class SparseIndex:
             raise ConfigError(f"need 0 < min_weight < max_weight, got {min_weight} and {max_weight}")
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
+        if scheme == "tfgrid":
+            return TfGridPartBuilder(root, vocab_size, bm25=bm25, heap_size=heap_size)
         return SparseIndexBuilder(root, vocab_size, scheme=scheme, bits=bits, buckets=buckets, max_weight=max_weight,
                                   min_weight=min_weight, bm25=bm25, heap_size=heap_size, threads=threads)
 
@@ -316,6 +321,8 @@ class SparseIndex:
     # -- learned sparse -------------------------------------------------------------------------
     def score(self, queries: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
         """Exact dot products of each query with the documents ``rows[i]`` (``-1`` = none -> 0)."""
+        if self.learned is not None:
+            return self.learned.score(queries, rows)
         q = sp.csr_matrix(queries, dtype=np.float32)
         rows = np.asarray(rows, dtype=np.int64)
         out = np.zeros(rows.shape, dtype=np.float32)
@@ -404,6 +411,9 @@ class SparseIndex:
         returned. Ties are broken by row (insertion order). ``allowed`` (boolean mask over rows)
         restricts the top-k to those rows, exactly. ``stats``, if given, is filled with the work done.
         """
+        if self.learned is not None:
+            return self.learned.search(queries, k, depth=depth, max_depth=max_depth, threads=threads, allowed=allowed,
+                                       stats=stats)
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
         q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
@@ -430,13 +440,15 @@ class SparseIndex:
             if bf:
                 st.brute_force += 1
 
-        _run(one, n, threads)
+        run_queries(one, n, threads)
         return rows, scores
 
     def search_exhaustive(self, queries: sp.csr_matrix, k: int, *, allowed: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray]:
         """The same exact top-k as :meth:`search` (score > 0, ties by row), by scoring every
         document with one sparse product for the batch: the fast path for small indexes."""
+        if self.learned is not None:
+            return self.learned.search_exhaustive(queries, k, allowed=allowed)
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
         q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
@@ -504,6 +516,10 @@ class SparseIndex:
         query, token -> clause boost, e.g. global idf / this index's idf) come from a caller that
         searches several indexes as one; a token missing from a boost map is left out."""
         self._bm25_check(k)
+        if self.bm25_store is not None:
+            toks = tokens if tokens is not None else [self.bm25_tokens(t) for t in texts]
+            return self.bm25_store.search(self.bm25_store.own_queries(toks, boosts), self.bm25_store.total_len /
+                                          max(1, self.num_docs), k, allowed=allowed, threads=threads)
         n = len(texts)
         rows = np.full((n, k), -1, dtype=np.int64)
         scores = np.full((n, k), -np.inf, dtype=np.float32)
@@ -532,7 +548,7 @@ class SparseIndex:
                     return
                 depth *= 4
 
-        _run(one, n, threads)
+        run_queries(one, n, threads)
         return rows, scores
 
     def score_bm25(self, texts: Sequence[str], rows: np.ndarray, *, tokens: Sequence[Sequence[str]] | None = None,
@@ -543,6 +559,10 @@ class SparseIndex:
 
         Query, Occur = tantivy.Query, tantivy.Occur
         rows = np.asarray(rows, dtype=np.int64)
+        if self.bm25_store is not None:
+            toks = tokens if tokens is not None else [self.bm25_tokens(t) for t in texts]
+            return self.bm25_store.score(self.bm25_store.own_queries(toks, boosts), self.bm25_store.total_len /
+                                         max(1, self.num_docs), rows)
         out = np.zeros(rows.shape, dtype=np.float32)
         for i, text in enumerate(texts):
             bm25 = self._bm25_query(tokens[i] if tokens is not None else self.bm25_tokens(text),
@@ -556,18 +576,3 @@ class SparseIndex:
             got = dict(zip(self.searcher.fast_field_values("row", [a for _, a in hits]), (s for s, _ in hits)))
             out[i] = [got.get(int(r), 0.0) if r >= 0 else 0.0 for r in rows[i]]
         return out
-
-
-def _run(fn: Any, n: int, threads: int | None) -> None:
-    """Call ``fn(i)`` for every query; tantivy releases the GIL, so threads scale its share."""
-    workers = min(n, threads if threads is not None else (os.cpu_count() or 1))
-    if workers <= 1:
-        for i in range(n):
-            fn(i)
-        return
-    def block(start: int) -> None:  # one strided block per worker: no per-query future overhead
-        for i in range(start, n, workers):
-            fn(i)
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(block, range(workers)))

@@ -63,7 +63,7 @@ class Retriever(ABC):
     def available(self, snap: Snapshot) -> bool:
         """Whether every segment of the snapshot has what this retriever searches."""
 
-    def prepare(self, snap: Snapshot, q: QueryBatch) -> Any:
+    def prepare(self, snap: Snapshot, q: QueryBatch, stats: Any = None) -> Any:  # stats: BM25's only
         """Per-call context shared by all segments (e.g. collection statistics); default none."""
         return None
 

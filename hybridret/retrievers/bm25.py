@@ -1,66 +1,198 @@
-"""BM25 on tantivy, with collection statistics of the whole index across segments.
+"""BM25 over a snapshot, every segment scored with one set of collection statistics.
 
-Each segment is its own tantivy index, and tantivy computes idf from one index's counts. With
-several segments, each query term's clause is boosted by ``idf_global / idf_segment`` (document
-frequencies and document counts summed over segments, tantivy's own idf formula), so every
-segment scores with the idf of the whole collection. The length normalisation still uses each
-segment's own average length, and tombstoned documents still count (as in Lucene until a merge):
-``compact`` makes BM25 identical to a fresh build (docs/index-format.md measures the difference).
+Each segment's BM25 store (``index/bm25.py``: posting arrays, tantivy's document lengths) scores
+under *given* statistics (``BM25Stats``: documents, total length, df per token). By default they
+are the snapshot's own, over its **live** documents: tombstoned rows are subtracted exactly (their
+lengths and postings are in the store), so BM25 after deletes, adds and any segmentation equals a
+fresh one-segment build of the live documents, ids and scores. A coordinator of shards passes the
+sum of every shard's :func:`collection_stats` to :meth:`BM25Retriever.prepare` so that every shard
+scores as one index.
+
+Segments written before the store existed (no ``sparse/bm25/``) are searched through tantivy, as
+before: each query term's clause is boosted by ``idf_global / idf_segment``, the length
+normalisation is the segment's own and its tombstones still count. ``compact`` (or the merge
+policy) rewrites them with the store.
 """
 
 from __future__ import annotations
 
-import math
+import json
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..index.bm25 import K1, QueryTerms, SegmentQueries, idf
 from ..index.snapshot import Snapshot
 from .base import QueryBatch, Retriever
 
-__all__ = ["BM25Retriever"]
+__all__ = ["BM25Retriever", "BM25Stats", "bm25_tokens", "collection_stats"]
+
+logger = logging.getLogger(__name__)
 
 
-def _idf(df: int, n: int) -> float:
-    return math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+@dataclass(frozen=True)
+class BM25Stats:
+    """Collection statistics of BM25: documents counted, the sum of their field lengths (as
+    tantivy counts them) and the document frequency of each token. ``a + b`` combines shards."""
+
+    num_docs: int
+    total_len: int
+    df: Mapping[str, int] = field(default_factory=dict)
+
+    def __add__(self, other: BM25Stats) -> BM25Stats:
+        if not isinstance(other, BM25Stats):
+            return NotImplemented
+        df = dict(self.df)
+        for t, c in other.df.items():
+            df[t] = df.get(t, 0) + int(c)
+        return BM25Stats(self.num_docs + other.num_docs, self.total_len + other.total_len, df)
+
+    @property
+    def avgdl(self) -> float:
+        return self.total_len / self.num_docs if self.num_docs else 0.0
+
+
+def _analyzer(snap: Snapshot) -> Any:
+    for seg in snap.segments:
+        if seg.sparse is not None:
+            return seg.sparse.analyzer
+    from ..index.sparse import _bm25_analyzer
+
+    return _bm25_analyzer()
+
+
+def bm25_tokens(snap: Snapshot, texts: Sequence[str]) -> list[list[str]]:
+    """The analysed tokens of each query text (the ``text`` field's analyzer: stop words, stemmer)."""
+    analyzer = _analyzer(snap)
+    return [list(analyzer.analyze(t)) if t else [] for t in texts]
+
+
+def _legacy_avgdl(sparse: Any) -> float:
+    """tantivy's average text length of a segment without the store, read from one explanation
+    (kept on the segment's index object: it never changes)."""
+    got = getattr(sparse, "_bm25_avgdl", None)
+    if got is None:
+        got = 0.0
+        top = sparse.searcher.terms_with_prefix("text", "", limit=1)
+        if top:
+            query = sparse._bm25_query([top[0][0]])
+            hits = sparse.searcher.search(query, 1, count=False).hits
+            if hits:
+                def walk(node: dict[str, Any]) -> float | None:
+                    if str(node.get("description", "")).startswith("avgdl"):
+                        return float(node["value"])
+                    for child in node.get("details", []) or []:
+                        v = walk(child)
+                        if v is not None:
+                            return v
+                    return None
+
+                got = walk(json.loads(query.explain(sparse.searcher, hits[0][1]).to_json())) or 0.0
+        sparse._bm25_avgdl = got
+    return float(got)
+
+
+def _segment_counts(snap: Snapshot, i: int, tokens: Sequence[str], local: np.ndarray | None
+                    ) -> tuple[int, int, np.ndarray]:
+    """(documents, total length, df of each token) of segment ``i``: live rows from the store, or
+    tantivy's counts (tombstones included) for a segment without it."""
+    sparse = snap.segments[i].sparse
+    store = sparse.bm25_store  # type: ignore[union-attr]
+    if store is not None:
+        n, total, df_all = store.live_stats(snap.deleted[i])
+        return n, total, df_all[store.lookup(tokens) if local is None else local]
+    n = int(sparse.searcher.num_docs)  # type: ignore[union-attr]
+    df = np.array([sparse.doc_freq(t) for t in tokens], dtype=np.int64)  # type: ignore[union-attr]
+    return n, int(round(_legacy_avgdl(sparse) * n)), df
+
+
+def collection_stats(snap: Snapshot, tokens: Iterable[str]) -> BM25Stats:
+    """Statistics of the snapshot's live documents for ``tokens`` (summed over its segments; a
+    segment without the BM25 store counts its tombstoned rows, as tantivy does)."""
+    uniq = list(dict.fromkeys(tokens))
+    n, total, df = _sum_counts(snap, uniq, None)
+    return BM25Stats(n, total, {t: int(c) for t, c in zip(uniq, df) if c > 0})
+
+
+def _sum_counts(snap: Snapshot, uniq: list[str], local: list[np.ndarray | None] | None) -> tuple[int, int, np.ndarray]:
+    n, total, df = 0, 0, np.zeros(len(uniq), dtype=np.int64)
+    for i, seg in enumerate(snap.segments):
+        if seg.sparse is None:
+            continue
+        a, b, c = _segment_counts(snap, i, uniq, None if local is None else local[i])
+        n, total, df = n + a, total + b, df + c
+    return n, total, df
+
+
+@dataclass
+class _Context:
+    tokens: list[list[str]]
+    avgdl: float
+    queries: dict[int, SegmentQueries]  # per segment with the store: its term ids and global weights
+    boosts: dict[int, list[dict[str, float]]]  # tantivy clause boosts, for segments without the store
 
 
 class BM25Retriever(Retriever):
     name = "bm25"
     needs = "text"
-    # exact BM25 of given rows is a term-set query (3.6 ms/query at 1,464 rows on the 30k pool,
-    # benchmarks/living.py), a filtered deep fetch is far cheaper until very few rows are allowed
+    # segments without the store score given rows with a term-set query (3.6 ms/query at 1,464 rows):
+    # a filtered deep fetch stays cheaper there until very few rows are allowed
     exhaustive_max = 128
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.threads = threads  # worker threads per segment search (None: every core, batches of >= 16)
 
     def available(self, snap: Snapshot) -> bool:
         return bool(snap.segments) and all(s.sparse is not None and s.sparse.meta.get("bm25")
                                            for s in snap.segments)
 
-    def prepare(self, snap: Snapshot, q: QueryBatch) -> Any:
-        """``(tokens per query, boosts per segment per query)``; no boosts with one segment."""
-        parts = [s.sparse for s in snap.segments]
-        if not parts:
+    def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
+        """Tokens and global term weights of the batch. ``stats`` (e.g. summed over shards) replaces
+        the snapshot's own statistics; it must cover the queries' tokens (absent = no document)."""
+        if not snap.segments:
             return None
-        tokens = [parts[0].bm25_tokens(t) for t in q.texts]  # type: ignore[union-attr]
-        if len(parts) == 1:
-            return tokens, None
-        n_seg = [p.searcher.num_docs for p in parts]  # type: ignore[union-attr]
-        n_all = sum(n_seg)
-        boosts: list[list[dict[str, float]]] = [[] for _ in parts]
-        for toks in tokens:
-            uniq = dict.fromkeys(toks)
-            df = {t: [p.doc_freq(t) for p in parts] for t in uniq}  # type: ignore[union-attr]
-            for s in range(len(parts)):
-                boosts[s].append({t: _idf(sum(d), n_all) / _idf(d[s], n_seg[s]) for t, d in df.items() if d[s] > 0})
-        return tokens, boosts
+        return self.context(snap, bm25_tokens(snap, q.texts), stats)
+
+    def context(self, snap: Snapshot, tokens: list[list[str]], stats: BM25Stats | None = None) -> Any:
+        """:meth:`prepare` for queries already analysed (:func:`bm25_tokens`)."""
+        qt = QueryTerms.of(tokens)
+        local: list[np.ndarray | None] = [
+            s.sparse.bm25_store.lookup(qt.tokens) if s.sparse is not None and s.sparse.bm25_store is not None else None
+            for s in snap.segments]
+        if stats is None:
+            n, total, df = _sum_counts(snap, qt.tokens, local)
+            avgdl = total / n if n else 0.0
+        else:
+            n, avgdl = stats.num_docs, stats.avgdl
+            df = np.array([int(stats.df.get(t, 0)) for t in qt.tokens], dtype=np.int64)
+        idf_g = np.where(df > 0, idf(np.maximum(df, 1), n), 0.0) if len(df) else np.zeros(0)
+        weight = qt.count * (1.0 + K1) * idf_g[qt.tok] if len(qt.tok) else np.zeros(0)
+        queries = {i: qt.restrict(loc, weight) for i, loc in enumerate(local) if loc is not None}
+        boosts: dict[int, list[dict[str, float]]] = {}
+        for i, seg in enumerate(snap.segments):
+            sp_ = seg.sparse
+            if sp_ is None or local[i] is not None or (len(snap.segments) == 1 and stats is None):
+                continue  # one segment on its own statistics: tantivy's own scores
+            n_s = int(sp_.searcher.num_docs)
+            idf_s = {t: idf(d, n_s) for t in qt.tokens if (d := sp_.doc_freq(t)) > 0}
+            idf_by = dict(zip(qt.tokens, idf_g))
+            boosts[i] = [{t: float(idf_by[t] / idf_s[t]) for t in dict.fromkeys(toks) if t in idf_s and idf_by[t] > 0}
+                         for toks in tokens]
+        return _Context(tokens, avgdl, queries, boosts)
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
                        ctx: Any) -> tuple[np.ndarray, np.ndarray]:
-        tokens, boosts = ctx
+        if i in ctx.queries:
+            return snap.segments[i].sparse.bm25_store.search(  # type: ignore[union-attr]
+                ctx.queries[i], ctx.avgdl, k, allowed=allowed, threads=self.threads)
         return snap.segments[i].sparse.search_bm25(  # type: ignore[union-attr]
-            q.texts, k, allowed=allowed, tokens=tokens, boosts=None if boosts is None else boosts[i])
+            q.texts, k, allowed=allowed, tokens=ctx.tokens, boosts=ctx.boosts.get(i), threads=self.threads)
 
     def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        tokens, boosts = ctx
+        if i in ctx.queries:
+            return snap.segments[i].sparse.bm25_store.score(ctx.queries[i], ctx.avgdl, rows)  # type: ignore[union-attr]
         return snap.segments[i].sparse.score_bm25(  # type: ignore[union-attr]
-            q.texts, rows, tokens=tokens, boosts=None if boosts is None else boosts[i])
+            q.texts, rows, tokens=ctx.tokens, boosts=ctx.boosts.get(i))

@@ -1,0 +1,497 @@
+"""BM25 of one segment from its own posting arrays, under any collection statistics.
+
+tantivy scores BM25 with the statistics of one index, so segments (and shards) of one collection
+would each score with their own. This store keeps what BM25 needs, analysed by the same analyzer
+as the tantivy ``text`` field (``sparse._bm25_analyzer``), in plain files:
+
+* ``vocab.json``: the segment's tokens (term id = position);
+* ``postings.indptr.npy`` (int64, V + 1), ``postings.docs.npy`` (int32, rows ascending per term),
+  ``postings.tf.npy`` (uint16, int32 if a tf exceeds it): the inverted index; df = ``diff(indptr)``;
+* ``lengths.npy`` (int32, n): tokens per document, as tantivy counts them (stop words removed).
+
+Scores follow tantivy exactly (k1 = 1.2, b = 0.75): ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``,
+the document length quantised through tantivy's fieldnorm table (:func:`fieldnorm_to_id`,
+:func:`id_to_fieldnorm`), ``avgdl = total_len / N`` with the raw lengths, and a query token
+repeated ``c`` times counts ``c`` times (tantivy: one clause per occurrence). Every path (top-k
+with numba or numpy, scoring of given rows) computes a document's score with the same float64
+operations in query-term order, so the same document gets bit-identical scores in every path and
+under any segmentation with the same statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, IndexFormatError
+from .storage import atomic_write_json, atomic_write_npy, load_npy, read_json
+
+__all__ = ["B", "BM25Store", "BM25StoreBuilder", "FIELDNORMS", "K1", "QueryTerms", "SegmentQueries", "fieldnorm_to_id",
+           "id_to_fieldnorm", "idf", "query_terms"]
+
+logger = logging.getLogger(__name__)
+
+FORMAT = "hybridret-bm25-v1"
+K1 = 1.2
+B = 0.75
+
+
+def _fieldnorm_table() -> np.ndarray:
+    """tantivy's 256 fieldnorm values: 0..40 exactly, then blocks of 8 whose step doubles (2, 4, ...)."""
+    vals = list(range(41))
+    start, step = 42, 2
+    while len(vals) < 256:
+        vals.extend(start + i * step for i in range(8))
+        start, step = start + 9 * step, step * 2
+    return np.array(vals[:256], dtype=np.int64)
+
+
+FIELDNORMS = _fieldnorm_table()  # a constant table, not state
+
+
+def fieldnorm_to_id(length: np.ndarray | int) -> np.ndarray:
+    """Largest id whose fieldnorm is <= ``length`` (tantivy rounds document lengths down)."""
+    return (np.searchsorted(FIELDNORMS, np.asarray(length, dtype=np.int64), side="right") - 1).astype(np.uint8)
+
+
+def id_to_fieldnorm(fid: np.ndarray | int) -> np.ndarray:
+    return FIELDNORMS[np.asarray(fid, dtype=np.int64)]
+
+
+def idf(df: np.ndarray | float, n: float) -> np.ndarray:
+    """tantivy's idf: ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.log1p((n - df + 0.5) / (df + 0.5))
+
+
+def norm_table(avgdl: float) -> np.ndarray:
+    """``k1 (1 - b + b dl / avgdl)`` for each of the 256 fieldnorm ids."""
+    avgdl = float(avgdl) if avgdl > 0 else 1.0
+    return K1 * (1.0 - B + B * FIELDNORMS.astype(np.float64) / avgdl)
+
+
+def query_terms(tokens: Sequence[str]) -> tuple[list[str], np.ndarray]:
+    """Distinct tokens in first-appearance order, and how often each occurs."""
+    c = Counter(tokens)
+    uniq = list(c)
+    return uniq, np.array([c[t] for t in uniq], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """A batch of analysed queries over the batch's distinct tokens: entry ``j`` of query ``q``
+    (``ptr[q] <= j < ptr[q + 1]``, first-appearance order) is token ``tokens[tok[j]]``, ``count[j]`` times."""
+
+    tokens: list[str]
+    ptr: np.ndarray
+    tok: np.ndarray
+    count: np.ndarray
+
+    @classmethod
+    def of(cls, queries: Sequence[Sequence[str]]) -> QueryTerms:
+        index: dict[str, int] = {}
+        tok: list[int] = []
+        cnt: list[float] = []
+        ptr = [0]
+        for toks in queries:
+            seen: dict[str, int] = {}
+            for t in toks:
+                j = seen.get(t)
+                if j is None:
+                    seen[t] = len(tok)
+                    tok.append(index.setdefault(t, len(index)))
+                    cnt.append(1.0)
+                else:
+                    cnt[j] += 1.0
+            ptr.append(len(tok))
+        return cls(list(index), np.array(ptr, dtype=np.int64), np.array(tok, dtype=np.int64),
+                   np.array(cnt, dtype=np.float64))
+
+    def __len__(self) -> int:
+        return len(self.ptr) - 1
+
+    def restrict(self, local: np.ndarray, weight: np.ndarray) -> SegmentQueries:
+        """The entries one segment scores: its term id per distinct token (``local``, -1 = absent)
+        and each entry's weight (``count * (1 + k1) * idf``); absent tokens and weights <= 0 dropped."""
+        term = local[self.tok]
+        keep = (term >= 0) & (weight > 0)
+        kept = np.zeros(len(keep) + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept[1:])
+        return SegmentQueries(kept[self.ptr], term[keep], weight[keep])
+
+
+@dataclass(frozen=True)
+class SegmentQueries:
+    """Queries in one segment's term ids: CSR ``ptr`` (nq + 1), ``term``, ``weight`` (> 0)."""
+
+    ptr: np.ndarray
+    term: np.ndarray
+    weight: np.ndarray
+
+
+class BM25StoreBuilder:
+    """Streams document texts into ``root`` (created); :meth:`close` writes the files."""
+
+    def __init__(self, root: Path, analyzer: Any) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=False)
+        self.analyzer = analyzer
+        self.vocab: dict[str, int] = {}
+        self.lengths: list[int] = []
+        self.terms: list[np.ndarray] = []
+        self.docs: list[np.ndarray] = []
+        self.tfs: list[np.ndarray] = []
+
+    def add(self, texts: Sequence[str]) -> None:
+        vocab, analyze = self.vocab, self.analyzer.analyze
+        base = len(self.lengths)
+        t_ids: list[int] = []
+        d_ids: list[int] = []
+        tf: list[int] = []
+        for i, text in enumerate(texts):
+            toks = analyze(text) if text else []
+            self.lengths.append(len(toks))
+            for tok, c in Counter(toks).items():
+                t_ids.append(vocab.setdefault(tok, len(vocab)))
+                d_ids.append(base + i)
+                tf.append(c)
+        self.terms.append(np.array(t_ids, dtype=np.int64))
+        self.docs.append(np.array(d_ids, dtype=np.int32))
+        self.tfs.append(np.array(tf, dtype=np.int32))
+
+    def close(self) -> None:
+        terms = np.concatenate(self.terms) if self.terms else np.zeros(0, np.int64)
+        docs = np.concatenate(self.docs) if self.docs else np.zeros(0, np.int32)
+        tfs = np.concatenate(self.tfs) if self.tfs else np.zeros(0, np.int32)
+        order = np.argsort(terms, kind="stable")  # rows stay ascending within each term
+        indptr = np.zeros(len(self.vocab) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(terms, minlength=len(self.vocab)), out=indptr[1:])
+        lengths = np.array(self.lengths, dtype=np.int32)
+        atomic_write_npy(self.root / "postings.indptr.npy", indptr)
+        atomic_write_npy(self.root / "postings.docs.npy", docs[order])
+        tfs = tfs[order]  # uint16 unless some term occurs 65,536+ times in one document
+        atomic_write_npy(self.root / "postings.tf.npy", tfs.astype(np.uint16) if not len(tfs) or tfs.max() < 65536 else tfs)
+        atomic_write_npy(self.root / "lengths.npy", lengths)
+        atomic_write_json(self.root / "vocab.json", list(self.vocab))
+        atomic_write_json(self.root / "meta.json", {
+            "format": FORMAT, "num_docs": len(lengths), "num_terms": len(self.vocab), "nnz": int(len(docs)),
+            "total_len": int(lengths.sum()), "k1": K1, "b": B})
+
+    def abort(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class BM25Store:
+    """One segment's BM25 store, opened read-only (arrays memory-mapped; thread-safe)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        meta = read_json(self.root / "meta.json")
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise IndexFormatError(f"{self.root}: unsupported BM25 store format {meta.get('format')!r}")
+        self.meta = meta
+        self.num_docs = int(meta["num_docs"])
+        self.indptr = np.asarray(load_npy(self.root / "postings.indptr.npy", mmap=False))
+        self.docs = np.asarray(load_npy(self.root / "postings.docs.npy"))
+        self.tfs = np.asarray(load_npy(self.root / "postings.tf.npy"))
+        self.lengths = np.asarray(load_npy(self.root / "lengths.npy", mmap=False))
+        try:
+            words = json.loads((self.root / "vocab.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise IndexFormatError(f"{self.root}/vocab.json: cannot read the vocabulary: {exc}") from exc
+        if (not isinstance(words, list) or len(words) + 1 != len(self.indptr) or self.lengths.shape != (self.num_docs,)
+                or len(self.docs) != int(meta["nnz"]) or len(self.tfs) != len(self.docs)
+                or int(self.indptr[-1]) != len(self.docs)):
+            raise IndexFormatError(f"{self.root}: BM25 store files do not match meta.json (truncated write?)")
+        self.vocab = {w: i for i, w in enumerate(words)}
+        self.df = np.diff(self.indptr)
+        self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
+        self.fn = fieldnorm_to_id(self.lengths)
+        self.total_len = int(self.lengths.astype(np.int64).sum())
+        self._live_cache: dict[bytes, tuple[int, int, np.ndarray]] = {}
+        self._tf_cache: tuple[float, np.ndarray] | None = None
+        self._scratch: list[tuple[np.ndarray, np.ndarray]] = []
+
+    # -- statistics -------------------------------------------------------------------------------
+    def lookup(self, tokens: Sequence[str]) -> np.ndarray:
+        """This segment's term id of each token (``-1``: no document here has it)."""
+        get = self.vocab.get
+        return np.fromiter((get(t, -1) for t in tokens), dtype=np.int64, count=len(tokens))
+
+    def live_stats(self, dead: np.ndarray | None = None) -> tuple[int, int, np.ndarray]:
+        """``(documents, total length, df per term id + a final 0)`` without the rows ``dead`` (the
+        final 0 is what an absent token, id -1, reads); one pass over the postings per tombstone set
+        (the last few are cached)."""
+        if dead is None or not len(dead):
+            return self.num_docs, self.total_len, self._df_pad
+        key = np.ascontiguousarray(dead, dtype=np.int64).tobytes()
+        hit = self._live_cache.get(key)
+        if hit is None:
+            is_dead = np.zeros(self.num_docs, dtype=np.int64)
+            is_dead[dead] = 1
+            dead_df = np.add.reduceat(is_dead[self.docs], self.indptr[:-1]) if len(self.docs) else np.zeros(0, np.int64)
+            dead_df = np.where(self.df > 0, dead_df, 0)  # reduceat repeats a value for empty ranges
+            hit = (self.num_docs - len(dead), self.total_len - int(self.lengths[dead].astype(np.int64).sum()),
+                   np.append(self.df - dead_df, 0))
+            if len(self._live_cache) >= 4:
+                self._live_cache.pop(next(iter(self._live_cache)))
+            self._live_cache[key] = hit
+        return hit
+
+    def stats(self, tokens: Sequence[str], dead: np.ndarray | None = None) -> tuple[int, int, dict[str, int]]:
+        """``(documents, total length, df per token)`` of this segment, without the rows ``dead``."""
+        n, total, df = self.live_stats(dead)
+        return n, total, {t: int(c) for t, c in zip(tokens, df[self.lookup(tokens)]) if c > 0}
+
+    def own_queries(self, tokens: Sequence[Sequence[str]], boosts: Sequence[dict[str, float] | None] | None = None
+                    ) -> SegmentQueries:
+        """Queries under this segment's own statistics (tombstones counted, as tantivy does), each
+        entry times ``boosts[q][token]`` when given (a token missing from a map is left out)."""
+        qt = QueryTerms.of(tokens)
+        local = self.lookup(qt.tokens)
+        df = self._df_pad[local]
+        w = qt.count * (1.0 + K1) * idf(df, self.num_docs)[qt.tok] if len(qt.tok) else np.zeros(0)
+        if boosts is not None:
+            w = w * np.array([(boosts[q] or {}).get(qt.tokens[qt.tok[j]], 0.0) if boosts[q] is not None else 1.0
+                              for q in range(len(qt)) for j in range(qt.ptr[q], qt.ptr[q + 1])], dtype=np.float64)
+        return qt.restrict(local, w)
+
+    # -- scoring ----------------------------------------------------------------------------------
+    def tf_factors(self, avgdl: float) -> np.ndarray:
+        """``tf / (tf + k1 (1 - b + b dl / avgdl))`` of every posting (float64), cached for the last avgdl."""
+        cached = self._tf_cache
+        if cached is not None and cached[0] == avgdl:
+            return cached[1]
+        f = self.tfs.astype(np.float64)
+        fac = f / (f + norm_table(avgdl)[self.fn[self.docs]])
+        self._tf_cache = (avgdl, fac)
+        return fac
+
+    def score(self, queries: SegmentQueries, avgdl: float, rows: np.ndarray) -> np.ndarray:
+        """Exact BM25 of local ``rows[q]`` (``-1`` -> 0) for each query: the same float operations as
+        :meth:`search` (each posting's tf factor times the weight, added in query-term order), so a
+        row gets the same score from both."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        out = np.zeros(rows.shape, dtype=np.float64)
+        ptr, terms, weights = queries.ptr, queries.term, queries.weight
+        if not len(terms) or not rows.size:
+            return out.astype(np.float32)
+        fac = self.tf_factors(avgdl)
+        kern = _numba("score")
+        if kern is not None:
+            kern(ptr, terms, weights, self.indptr, self.docs, fac, rows, out)
+            return out.astype(np.float32)
+        for q in range(rows.shape[0]):
+            if ptr[q] == ptr[q + 1]:
+                continue
+            valid = rows[q] >= 0
+            r = rows[q, valid]
+            if not len(r):
+                continue
+            s = np.zeros(len(r), dtype=np.float64)
+            for j in range(ptr[q], ptr[q + 1]):
+                lo, hi = self.indptr[terms[j]], self.indptr[terms[j] + 1]
+                pos = np.minimum(np.searchsorted(self.docs[lo:hi], r), hi - lo - 1)
+                s += np.where(self.docs[lo + pos] == r, weights[j] * fac[lo + pos], 0.0)
+            out[q, valid] = s
+        return out.astype(np.float32)
+
+    def search(self, queries: SegmentQueries, avgdl: float, k: int, *, allowed: np.ndarray | None = None,
+               threads: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-k local rows ``(nq, k)`` (``-1`` / ``-inf`` padding), scores > 0, ties by row,
+        restricted to ``allowed`` rows when a mask is given. numba when installed, else numpy.
+        ``threads``: worker threads over blocks of at least 8 queries (``None``: every core)."""
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
+        ptr, terms, weights = queries.ptr, queries.term, queries.weight
+        nq = len(ptr) - 1
+        rows = np.full((nq, k), -1, dtype=np.int64)
+        scores = np.full((nq, k), -np.inf, dtype=np.float64)
+        if nq == 0 or not len(terms):
+            return rows, scores.astype(np.float32)
+        fac = self.tf_factors(avgdl)
+        mask = np.zeros(0, dtype=np.bool_) if allowed is None else np.asarray(allowed, dtype=np.bool_)
+        kern = _numba("topk")
+        if kern is None:
+            for q in range(nq):
+                _numpy_topk(self, terms[ptr[q]:ptr[q + 1]], weights[ptr[q]:ptr[q + 1]], fac, mask, rows[q], scores[q])
+            return rows, scores.astype(np.float32)
+        workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
+
+        def block(a: int, b: int) -> None:
+            # scratch (dense scores, touched rows) reused across calls: the kernel leaves it zeroed
+            scratch = self._scratch
+            buf = scratch.pop() if scratch else (np.zeros(self.num_docs), np.empty(self.num_docs, np.int64))
+            kern(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], self.indptr, self.docs,
+                 fac, buf[0], buf[1], mask, k, rows[a:b], scores[a:b])
+            scratch.append(buf)  # not on an exception: a half-used buffer is dropped
+
+        if workers == 1:
+            block(0, nq)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            cuts = np.linspace(0, nq, workers + 1).astype(int)
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
+        return rows, scores.astype(np.float32)
+
+
+def _numpy_topk(st: BM25Store, terms: np.ndarray, weights: np.ndarray, fac: np.ndarray, mask: np.ndarray,
+                out_rows: np.ndarray, out_scores: np.ndarray) -> None:
+    if not len(terms):
+        return
+    parts_d, parts_c = [], []
+    for t, w in zip(terms, weights):
+        lo, hi = st.indptr[t], st.indptr[t + 1]
+        parts_d.append(st.docs[lo:hi])
+        parts_c.append(w * fac[lo:hi])
+    d = np.concatenate(parts_d)
+    acc = np.bincount(d, weights=np.concatenate(parts_c), minlength=st.num_docs)  # adds in term order
+    cand = np.unique(d)
+    if len(mask):
+        cand = cand[mask[cand]]
+    s = acc[cand]
+    cand, s = cand[s > 0], s[s > 0]
+    k = len(out_rows)
+    if len(cand) > k:
+        edge = np.partition(-s, k - 1)[k - 1]
+        keep = -s <= edge  # every row tied at the edge competes: ties by row
+        cand, s = cand[keep], s[keep]
+    order = np.lexsort((cand, -s))[:k]
+    out_rows[:len(order)] = cand[order]
+    out_scores[:len(order)] = s[order]
+
+
+_KERNEL: dict[str, Any] = {}
+
+
+def _numba(name: str) -> Any:
+    """A numba kernel (``topk``, ``score``), compiled or loaded from numba's cache on first use;
+    ``None`` without numba or with ``HYBRIDRET_NUMBA=0`` (then numpy does the same arithmetic)."""
+    if os.environ.get("HYBRIDRET_NUMBA", "1") == "0":
+        return None
+    if name not in _KERNEL:
+        try:
+            import numba
+        except ImportError:
+            _KERNEL[name] = None
+            return None
+        fn = {"topk": _topk_kernel, "score": _score_kernel}[name]
+        try:  # numba's on-disk cache spares the ~1 s compile in later processes
+            _KERNEL[name] = numba.njit(nogil=True, cache=True)(fn)
+        except RuntimeError:  # no writable cache location: compile in memory
+            _KERNEL[name] = numba.njit(nogil=True)(fn)
+    return _KERNEL[name]
+
+
+def _score_kernel(qptr, qterm, qw, indptr, docs, fac, rows, out):  # pragma: no cover
+    """out[q, c] = sum over query q's terms (in order) of weight * tf factor of rows[q, c], by binary search."""
+    for q in range(rows.shape[0]):
+        for c in range(rows.shape[1]):
+            r = rows[q, c]
+            if r < 0:
+                continue
+            s = 0.0
+            for j in range(qptr[q], qptr[q + 1]):
+                t = qterm[j]
+                lo = indptr[t]
+                hi = indptr[t + 1]
+                end = hi
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if docs[mid] < r:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                if lo < end and docs[lo] == r:
+                    s += qw[j] * fac[lo]
+            out[q, c] = s
+
+
+def _topk_kernel(qptr, qterm, qw, indptr, docs, fac, acc, touched, allowed, k, out_rows, out_scores):  # pragma: no cover
+    """Per query: accumulate every posting into a dense score array (float64, term order), then a
+    size-k heap whose root is the worst kept (lower score, or equal score and larger row)."""
+    use_mask = allowed.shape[0] > 0
+    # acc: zeros on entry and on exit; every contribution is > 0, so 0 means "not touched yet"
+    hs = np.empty(k, np.float64)
+    hr = np.empty(k, np.int64)
+    for q in range(qptr.shape[0] - 1):
+        nt = 0
+        for j in range(qptr[q], qptr[q + 1]):
+            t = qterm[j]
+            w = qw[j]
+            for p in range(indptr[t], indptr[t + 1]):
+                d = docs[p]
+                if acc[d] == 0.0:
+                    touched[nt] = d
+                    nt += 1
+                acc[d] += w * fac[p]
+        size = 0
+        for i in range(nt):
+            d = touched[i]
+            s = acc[d]
+            acc[d] = 0.0
+            if s <= 0.0 or (use_mask and not allowed[d]):
+                continue
+            if size < k:  # push and sift up
+                c = size
+                size += 1
+                while c > 0:
+                    par = (c - 1) // 2
+                    if hs[par] < s or (hs[par] == s and hr[par] > d):
+                        break
+                    hs[c] = hs[par]
+                    hr[c] = hr[par]
+                    c = par
+                hs[c] = s
+                hr[c] = d
+            elif s > hs[0] or (s == hs[0] and d < hr[0]):  # replace the root and sift down
+                c = 0
+                while True:
+                    lft = 2 * c + 1
+                    if lft >= size:
+                        break
+                    m = lft
+                    rgt = lft + 1
+                    if rgt < size and (hs[rgt] < hs[lft] or (hs[rgt] == hs[lft] and hr[rgt] > hr[lft])):
+                        m = rgt
+                    if hs[m] < s or (hs[m] == s and hr[m] > d):
+                        hs[c] = hs[m]
+                        hr[c] = hr[m]
+                        c = m
+                    else:
+                        break
+                hs[c] = s
+                hr[c] = d
+        while size > 0:  # pop the worst into the last free slot: best first
+            size -= 1
+            out_scores[q, size] = hs[0]
+            out_rows[q, size] = hr[0]
+            ls, lr = hs[size], hr[size]
+            c = 0
+            while True:
+                lft = 2 * c + 1
+                if lft >= size:
+                    break
+                m = lft
+                rgt = lft + 1
+                if rgt < size and (hs[rgt] < hs[lft] or (hs[rgt] == hs[lft] and hr[rgt] > hr[lft])):
+                    m = rgt
+                if hs[m] < ls or (hs[m] == ls and hr[m] > lr):
+                    hs[c] = hs[m]
+                    hr[c] = hr[m]
+                    c = m
+                else:
+                    break
+            hs[c] = ls
+            hr[c] = lr
