@@ -8,7 +8,16 @@ from typing import Any
 import numpy as np
 
 from ..models import DEFAULT_DENSE_MODEL, is_hub_id, model_location, resolve_model
-from ._hf import TransformerRunner, check_max_length, check_pooling, pick_device, pool
+from ._hf import (
+    DEFAULT_BACKEND,
+    TransformerRunner,
+    backend_config,
+    backend_device,
+    check_backend,
+    check_max_length,
+    check_pooling,
+    pool,
+)
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["DenseEncoder", "assemble_dense"]
@@ -47,8 +56,10 @@ class DenseEncoder(Encoder):
         document_prefix: str = "",
         batch_size: int = 32,
         device: str | None = None,
+        backend: str = DEFAULT_BACKEND,
     ) -> None:
         check_pooling(pooling)
+        self.backend = check_backend(backend)
         self.model_name = model
         self.path = resolve_model(model)
         self.max_length = check_max_length(model, self.path, max_length)
@@ -57,7 +68,7 @@ class DenseEncoder(Encoder):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.batch_size = batch_size
-        self._device = pick_device(device)
+        self._device = backend_device(backend, device)
         self._runner: TransformerRunner | None = None
         self._dim = 0
         if is_hub_id(self.path):  # nothing is known about a Hub model before it is downloaded
@@ -66,7 +77,7 @@ class DenseEncoder(Encoder):
     def _load(self) -> None:
         self._fingerprint(self.model_name)
         runner = TransformerRunner(self.model_name, "base", device=self._device, max_length=self.max_length,
-                                   path=self.path)
+                                   path=self.path, backend=self.backend)
         self._dim = int(runner.model.config.hidden_size)
         self.max_length = runner.max_length
         self._runner = runner
@@ -94,11 +105,14 @@ class DenseEncoder(Encoder):
                 desc: str) -> np.ndarray:
         runner = self.runner
         model = runner.model
+        bf16 = runner.backend == "torch-bf16"
         if prefix:
             texts = [prefix + t for t in texts]
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
             hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            if bf16:  # pool in float32: a bfloat16 sum over the tokens would lose digits
+                hidden = hidden.float()
             vec = pool(hidden, mask, self.pooling)
             vec = normalise(vec) if self.normalize else vec.float()
             return (vec.cpu().numpy(),)
@@ -124,5 +138,6 @@ class DenseEncoder(Encoder):
             "normalize": self.normalize,
             "query_prefix": self.query_prefix,
             "document_prefix": self.document_prefix,
+            **backend_config(self.backend),
         }
 

@@ -19,7 +19,8 @@ from typing import Any
 from ..errors import EncoderError
 from ..models import is_hub_id, model_location, packaged_model, resolve_model
 
-__all__ = ["FINGERPRINT_KEYS", "check_fingerprint", "compare_configs", "fingerprint_folder", "model_fingerprint"]
+__all__ = ["FINGERPRINT_KEYS", "SOFT_KEYS", "backend_differences", "check_fingerprint", "compare_configs",
+           "fingerprint_folder", "model_fingerprint"]
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ MODEL_FILES = (
     "vocab.txt", "vocab.json", "merges.txt", "*.model", "*.safetensors", "*.safetensors.index.json",
     "pytorch_model*.bin", "pytorch_model.bin.index.json", "dense_projection.pt",
 )
+# settings that change how the same weights are run, not what they compute, with their defaults: a
+# difference is logged as a warning, not reported as a mismatch (see compare_configs)
+SOFT_KEYS = {"backend": "torch"}
 TOWER_DIRS = ("query", "document")  # separate-tower training output keeps one model in each
 EDGE = 1 << 20  # bytes hashed at each end of a large file
 
@@ -133,16 +137,40 @@ def compare_configs(stored: dict[str, Any] | None, given: dict[str, Any] | None,
     Not differences: a packaged alias against its canonical name, a relative against an absolute path
     to the same folder, two locations whose fingerprints agree, a fingerprint missing on one side (an
     older config), and a missing setting against ``None``.
+
+    Nor is another *backend* (e.g. documents encoded with ``"torch-int8"``, queries with ``"torch"``):
+    the same weights give vectors that agree to a measured tolerance (dense cosine >= 0.99, the same
+    heavy sparse terms), so such vectors can still be compared, at a small quality cost. That is logged
+    as a warning naming both backends (see :func:`backend_differences`), so that an index is not
+    refused, nor rebuilt, over it.
     """
+    for diff in backend_differences(stored, given, prefix=prefix):
+        logger.warning("encoder backends differ (%s): the vectors are close but not identical; expect a small "
+                       "quality cost (rebuild the index, or load it without encoder=, to use one backend)", diff)
+    return _compare(stored, given, prefix)
+
+
+def backend_differences(stored: dict[str, Any] | None, given: dict[str, Any] | None, *, prefix: str = "") -> list[str]:
+    """The :data:`SOFT_KEYS` settings (the backend) on which two encoder configs differ."""
+    if not isinstance(stored, dict) or not isinstance(given, dict) or stored.get("type") != given.get("type"):
+        return []
+    if stored.get("type") == "paired":
+        return [d for part in ("dense", "sparse")
+                for d in backend_differences(stored.get(part), given.get(part), prefix=f"{prefix}{part} ")]
+    return [f"{prefix}{key}: {stored.get(key, default)!r} stored, {given.get(key, default)!r} given"
+            for key, default in SOFT_KEYS.items() if stored.get(key, default) != given.get(key, default)]
+
+
+def _compare(stored: dict[str, Any] | None, given: dict[str, Any] | None, prefix: str) -> list[str]:
     if stored is None or given is None:
         return [] if stored is given else [f"{prefix}encoder: {stored!r} stored, {given!r} given"]
     if stored.get("type") != given.get("type"):
         return [f"{prefix}encoder type: {stored.get('type')!r} stored, {given.get('type')!r} given"]
     if stored.get("type") == "paired":
         return [d for part in ("dense", "sparse")
-                for d in compare_configs(stored.get(part), given.get(part), prefix=f"{prefix}{part} ")]
+                for d in _compare(stored.get(part), given.get(part), prefix=f"{prefix}{part} ")]
     out = _model_differences(stored, given, prefix)
-    skip = {"type", *FINGERPRINT_KEYS, *FINGERPRINT_KEYS.values()}
+    skip = {"type", *FINGERPRINT_KEYS, *FINGERPRINT_KEYS.values(), *SOFT_KEYS}
     for key in sorted((set(stored) | set(given)) - skip):
         if stored.get(key) != given.get(key):
             out.append(f"{prefix}{key}: {stored.get(key)!r} stored, {given.get(key)!r} given")

@@ -12,10 +12,19 @@ from typing import Any
 
 from ..errors import EncoderError
 from ..models import is_hub_id, model_location, resolve_model
-from ._hf import TransformerRunner, check_max_length, check_pooling, pick_device, pool
+from ._hf import (
+    DEFAULT_BACKEND,
+    TransformerRunner,
+    backend_config,
+    backend_device,
+    check_backend,
+    check_max_length,
+    check_pooling,
+    pool,
+)
 from .base import EncodedBatch, Encoder, loaded
 from .dense import assemble_dense, normalise
-from .splade import assemble_sparse, check_top_k, sparse_head, splade_weights, to_csr
+from .splade import assemble_sparse, check_top_k, mlm_parts, sparse_head, splade_weights, splade_weights_sliced, to_csr
 
 __all__ = ["JointEncoder"]
 
@@ -47,9 +56,11 @@ class JointEncoder(Encoder):
         query_top_k: int | None = None,
         batch_size: int = 32,
         device: str | None = None,
+        backend: str = DEFAULT_BACKEND,
     ) -> None:
         check_pooling(pooling)
         check_top_k(doc_top_k, query_top_k)
+        self.backend = check_backend(backend)
         self.model_name = model
         self.query_model = query_model
         doc_path, query_path = model, query_model
@@ -66,7 +77,7 @@ class JointEncoder(Encoder):
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        self._device = pick_device(device)
+        self._device = backend_device(backend, device)
         self._runner: TransformerRunner | None = None
         self._query_runner: TransformerRunner | None = None
         if any(p is not None and is_hub_id(p) for p in self._paths):
@@ -77,9 +88,11 @@ class JointEncoder(Encoder):
         if self.query_model is not None:
             self._fingerprint(self.query_model)
         (doc_name, query_name), (doc_path, query_path) = self._names, self._paths
-        runner = TransformerRunner(doc_name, "mlm", device=self._device, max_length=self.max_length, path=doc_path)
+        runner = TransformerRunner(doc_name, "mlm", device=self._device, max_length=self.max_length, path=doc_path,
+                                   backend=self.backend)
         query_runner = runner if query_path is None else TransformerRunner(
-            str(query_name), "mlm", device=self._device, max_length=runner.max_length, path=query_path)
+            str(query_name), "mlm", device=self._device, max_length=runner.max_length, path=query_path,
+            backend=self.backend)
         self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         if query_runner is not runner:
             _, query_vocab = sparse_head(query_runner, self.doc_top_k, self.query_top_k)
@@ -136,14 +149,20 @@ class JointEncoder(Encoder):
         runner = self._query_runner if query else self._runner
         projection = self._query_projection if query else self._projection
         model = runner.model
+        split = mlm_parts(model)
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
-            out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-            vec = pool(out.hidden_states[-1], mask, self.pooling)
+            if split is None:  # an architecture whose head we cannot call apart: full logits
+                out = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+                hidden, weights = out.hidden_states[-1], splade_weights(out.logits, mask, self._keep, top_k)
+            else:
+                hidden = split[0](input_ids=ids, attention_mask=mask).last_hidden_state
+                weights = splade_weights_sliced(hidden, mask, split[1], self._keep, top_k)
+            vec = pool(hidden.float() if self.backend == "torch-bf16" else hidden, mask, self.pooling)
             if projection is not None:
                 vec = projection(vec.float())
             vec = normalise(vec) if self.normalize else vec.float()
-            return vec.cpu().numpy(), to_csr(splade_weights(out.logits, mask, self._keep, top_k))
+            return vec.cpu().numpy(), to_csr(weights)
 
         parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
         dense = assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
@@ -172,6 +191,7 @@ class JointEncoder(Encoder):
             "max_length": self.max_length,
             "doc_top_k": self.doc_top_k,
             "query_top_k": self.query_top_k,
+            **backend_config(self.backend),
         }
         if self.query_model is not None:  # only when set, so existing index manifests stay equal
             out["query_model"] = model_location(self.query_model)

@@ -48,10 +48,11 @@ class PairedEncoder(Encoder):
 
     @classmethod
     def from_names(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
-                   device: str | None = None, **kwargs: Any) -> PairedEncoder:
-        """Build from two model names (``None`` = the packaged defaults)."""
-        dense_kw = {"device": device, **kwargs}
-        sparse_kw = {"device": device, **kwargs}
+                   device: str | None = None, backend: str = "torch", **kwargs: Any) -> PairedEncoder:
+        """Build from two model names (``None`` = the packaged defaults); ``backend`` (see
+        :data:`~hybridret.encoders._hf.BACKENDS`) applies to both."""
+        dense_kw = {"device": device, "backend": backend, **kwargs}
+        sparse_kw = {"device": device, "backend": backend, **kwargs}
         dense = DenseEncoder(dense_model, **dense_kw) if dense_model else DenseEncoder(**dense_kw)
         sparse = SpladeEncoder(sparse_model, **sparse_kw) if sparse_model else SpladeEncoder(**sparse_kw)
         return cls(dense, sparse)

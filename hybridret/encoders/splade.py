@@ -11,10 +11,14 @@ import scipy.sparse as sp
 
 from ..errors import EncoderError
 from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
-from ._hf import TransformerRunner, check_max_length, pick_device
+from ._hf import DEFAULT_BACKEND, TransformerRunner, backend_config, backend_device, check_backend, check_max_length
 from .base import EncodedBatch, Encoder, loaded
 
-__all__ = ["SpladeEncoder", "sparse_vocab_mask", "splade_weights"]
+__all__ = ["HEAD_ROWS", "SpladeEncoder", "mlm_parts", "sparse_vocab_mask", "splade_weights", "splade_weights_sliced"]
+
+# Token rows per MLM-head product in splade_weights_sliced: the logits held at once are at most
+# HEAD_ROWS x vocabulary floats (31 MB for a 30,522-token vocabulary), whatever the batch size.
+HEAD_ROWS = 256
 
 
 def _is_punctuation(token: str) -> bool:
@@ -53,15 +57,55 @@ def splade_weights(logits: Any, mask: Any, keep: Any, top_k: int | None = None) 
     taken first on the raw logits (one ``(B, V)`` transform instead of ``(B, L, V)``). Padding
     positions are set to 0 in place, which cannot change the result after the ReLU.
     """
+    logits.masked_fill_(~mask.bool().unsqueeze(-1), 0.0)
+    return _weights(logits.max(dim=1).values.float(), keep, top_k)
+
+
+def _weights(pooled: Any, keep: Any, top_k: int | None) -> Any:
     import torch
 
-    logits.masked_fill_(~mask.bool().unsqueeze(-1), 0.0)
-    pooled = logits.max(dim=1).values.float()
     weights = torch.log1p(torch.relu(pooled)) * keep
     if top_k is not None and top_k < weights.shape[1]:
         vals, idx = torch.topk(weights, top_k, dim=1)
         weights = torch.zeros_like(weights).scatter_(1, idx, vals)
     return weights
+
+
+def mlm_parts(model: Any) -> tuple[Any, Any] | None:
+    """``(body, head)`` of a masked-LM whose forward is ``head(body(...)[0])`` (the BERT family's
+    ``cls``, the RoBERTa family's ``lm_head``), else ``None``."""
+    body = getattr(model, "base_model", None)
+    if body is None or body is model:
+        return None
+    for attr in ("cls", "lm_head"):
+        head = getattr(model, attr, None)
+        if head is not None and callable(head):
+            return body, head
+    return None
+
+
+def splade_weights_sliced(hidden: Any, mask: Any, head: Any, keep: Any, top_k: int | None = None,
+                          rows: int = HEAD_ROWS) -> Any:
+    """The SPLADE weights of ``splade_weights(head(hidden), mask, keep, top_k)`` without the
+    ``(B, L, V)`` logits: the head runs on each text's real tokens (padding is skipped), at most
+    ``rows`` tokens at a time, keeping a running max per text. The max starts at 0, which the ReLU
+    makes equivalent to the masked max. Peak memory: ``rows x V`` logits."""
+    import torch
+
+    if rows < 1:
+        raise EncoderError(f"rows must be positive, got {rows}")
+    valid = mask.bool()
+    pooled: Any = None
+    for i in range(hidden.shape[0]):
+        states = hidden[i][valid[i]]
+        for start in range(0, states.shape[0], rows):
+            part = head(states[start : start + rows]).max(dim=0).values.float()
+            if pooled is None:
+                pooled = torch.zeros((hidden.shape[0], part.shape[0]), dtype=torch.float32, device=part.device)
+            torch.maximum(pooled[i], part, out=pooled[i])
+    if pooled is None:  # no tokens at all: nothing is known of the head's size but keep's
+        pooled = torch.zeros((hidden.shape[0], keep.shape[0]), dtype=torch.float32, device=keep.device)
+    return _weights(pooled, keep, top_k)
 
 
 def to_csr(weights: Any) -> sp.csr_matrix:
@@ -74,6 +118,8 @@ def assemble_sparse(parts: list[tuple[np.ndarray, sp.csr_matrix]], n: int, vocab
     """Put length-sorted batch outputs back in input order."""
     if not parts:
         return sp.csr_matrix((n, vocab_size), dtype=np.float32)
+    if len(parts) == 1 and np.array_equal(parts[0][0], np.arange(n)):  # one batch in input order (a query)
+        return parts[0][1]  # to_csr's output: float32, sorted indices
     positions = np.concatenate([p for p, _ in parts])
     stacked = sp.vstack([m for _, m in parts], format="csr")
     inverse = np.empty_like(positions)
@@ -98,7 +144,8 @@ def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: i
     head = runner.model.get_output_embeddings()
     if head is None:
         raise EncoderError(f"model {runner.name!r} has no masked-LM head; a *ForMaskedLM checkpoint is needed")
-    out_size = int(head.weight.shape[0])
+    weight = head.weight() if callable(head.weight) else head.weight  # an int8 Linear's weight is a method
+    out_size = int(weight.shape[0])
     keep = sparse_vocab_mask(runner.tokenizer)
     keep = np.concatenate([keep, np.zeros(max(0, out_size - keep.shape[0]), dtype=bool)])[:out_size]
     return torch.from_numpy(keep.astype(np.float32)).to(runner.device), vocab_list(runner.tokenizer, out_size)
@@ -120,15 +167,17 @@ class SpladeEncoder(Encoder):
         query_top_k: int | None = None,
         batch_size: int = 32,
         device: str | None = None,
+        backend: str = DEFAULT_BACKEND,
     ) -> None:
         check_top_k(doc_top_k, query_top_k)
+        self.backend = check_backend(backend)
         self.model_name = model
         self.path = resolve_model(model)
         self.max_length = check_max_length(model, self.path, max_length)
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        self._device = pick_device(device)
+        self._device = backend_device(backend, device)
         self._runner: TransformerRunner | None = None
         self._keep: Any = None
         self._vocab: list[str] = []
@@ -138,7 +187,7 @@ class SpladeEncoder(Encoder):
     def _load(self) -> None:
         self._fingerprint(self.model_name)
         runner = TransformerRunner(self.model_name, "mlm", device=self._device, max_length=self.max_length,
-                                   path=self.path)
+                                   path=self.path, backend=self.backend)
         self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         self.max_length = runner.max_length
         self._runner = runner
@@ -171,10 +220,13 @@ class SpladeEncoder(Encoder):
                 desc: str) -> sp.csr_matrix:
         runner = self.runner
         model, keep = runner.model, self._keep
+        split = mlm_parts(model)
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
-            logits = model(input_ids=ids, attention_mask=mask).logits
-            return (to_csr(splade_weights(logits, mask, keep, top_k)),)
+            if split is None:  # an architecture whose head we cannot call apart: full logits
+                return (to_csr(splade_weights(model(input_ids=ids, attention_mask=mask).logits, mask, keep, top_k)),)
+            hidden = split[0](input_ids=ids, attention_mask=mask).last_hidden_state
+            return (to_csr(splade_weights_sliced(hidden, mask, split[1], keep, top_k)),)
 
         parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
         return assemble_sparse([(p, r[0]) for p, r in parts], len(texts), len(self._vocab))
@@ -199,4 +251,5 @@ class SpladeEncoder(Encoder):
             "max_length": self.max_length,
             "doc_top_k": self.doc_top_k,
             "query_top_k": self.query_top_k,
+            **backend_config(self.backend),
         }
