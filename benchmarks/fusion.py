@@ -2,7 +2,9 @@
 sparse + BM25 guide weights) and the new default ``hybrid`` (GQR with agreement-weighted guides), on
 every BEIR-format collection given; the "never below the best single retriever" rule per collection;
 paired significance against today's default; the choice of default by leave-one-collection-out
-cross-validation; the cost per query.
+cross-validation; the cost per query. bm25+rm3 (``retrievers/rm3.py``, not registered) is measured
+alone, as a GQR guide, and in RRF / linear fusion; indexes whose segments predate the BM25 store get
+one built from their stored texts into indexes/bench-<name>.bm25-store (attached in memory).
 
     python benchmarks/fusion.py [DATA_DIR ...]     (default: every folder in ../shared/data)
 
@@ -32,17 +34,21 @@ from scipy.stats import ttest_rel  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import per_query, run_from_rows  # noqa: E402
-from hybridret.fusion import linear_fusion, normalise  # noqa: E402
+from hybridret.fusion import candidate_union, linear_fusion, normalise, rrf_fusion  # noqa: E402
 from hybridret.hybrid import Candidates, FusionConfig, fuse, fused_search, gather_candidates, select  # noqa: E402
+from hybridret.index.bm25 import BM25Store, BM25StoreBuilder  # noqa: E402
 from hybridret.qpp import agreement, agreement_weights, top_mask  # noqa: E402
-from hybridret.refine import GQRConfig, gqr_refine, gqr_scores, masked_softmax  # noqa: E402
-from hybridret.retrievers import QueryBatch  # noqa: E402
+from hybridret.refine import GQRConfig, adaptive_guide, gqr_refine, gqr_scores, masked_softmax  # noqa: E402
+from hybridret.retrievers import REGISTRY, QueryBatch, Retriever, score_rows, search_rows, vectors_of  # noqa: E402
+from hybridret.retrievers.bm25 import bm25_tokens  # noqa: E402
+from hybridret.retrievers.rm3 import RM3Retriever  # noqa: E402
 
 METRICS = ("ndcg@10", "mrr@10", "recall@100")
 R3 = ("dense", "sparse", "bm25")
 TODAY = FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5})  # the default before issue #13
 NEW = FusionConfig("gqr", guide={"sparse": 0.5, "bm25": 0.5}, guide_weighting="agreement")
 TOL = 0.005
+LOCO_RM3_LABEL = "LOCO-selected, bm25+rm3 variants too (held-out)"
 TODAY_LABEL, NEW_LABEL = "today's default: GQR, fixed guide", "new default (hybrid): GQR, agreement guide"
 
 
@@ -52,7 +58,34 @@ def build(folder: Path) -> HybridRetriever:
         r = HybridRetriever.from_models()
         r.index(CorpusReader(folder), workdir=out)
         r.save(out, overwrite=True)
-    return HybridRetriever.load(out)
+    r = HybridRetriever.load(out)
+    attach_bm25_stores(r, ROOT / "indexes" / f"bench-{folder.name}.bm25-store")
+    return r
+
+
+def attach_bm25_stores(r: HybridRetriever, cache: Path) -> None:
+    """Segments written before the BM25 store existed get one, built from their stored texts into
+    ``cache`` (outside the index) and attached in memory: bm25+rm3 needs weighted BM25 queries, which
+    only the store scores (its BM25 equals tantivy's, so the plain bm25 rows do not change)."""
+    snap = r.searcher.snapshot
+    for seg in snap.segments:
+        sparse = seg.sparse
+        if sparse is None or sparse.bm25_store is not None or not sparse.meta.get("bm25"):
+            continue
+        root = cache / seg.root.name
+        if not (root / "meta.json").is_file():
+            if root.exists():
+                import shutil
+
+                shutil.rmtree(root)
+            builder = BM25StoreBuilder(root, sparse.analyzer)
+            texts = []
+            for row in range(seg.num_docs):
+                title, text = seg.docs.get(row)
+                texts.append(f"{title.strip()} {text.strip()}".strip() if title.strip() else text.strip())
+            builder.add(texts)
+            builder.close()
+        sparse.bm25_store = BM25Store(root)
 
 
 def cached_queries(r: HybridRetriever, name: str, texts: list[str]) -> QueryBatch:
@@ -103,6 +136,56 @@ CANDIDATES: dict[str, Callable[[Candidates, QueryBatch], np.ndarray]] = {
 }
 
 
+RM3 = RM3Retriever()  # pyserini's bm25+rm3 defaults: fb_docs 10, fb_terms 10, original query weight 0.5
+R4 = (*R3, RM3.name)
+BENCH_RETRIEVERS: dict[str, Retriever] = {**REGISTRY, RM3.name: RM3}
+
+
+def gather4(depth: int, snap: object, q: QueryBatch) -> Candidates:
+    """:func:`gather_candidates` over dense, sparse, BM25 and bm25+rm3 (not in the registry): the
+    union's first part is exactly the dense/sparse/BM25 union, in the same order."""
+    ctx = {n: BENCH_RETRIEVERS[n].prepare(snap, q) for n in R4}  # type: ignore[arg-type]
+    lists = {n: search_rows(BENCH_RETRIEVERS[n], snap, q, depth, None, ctx[n])[0] for n in R4}  # type: ignore[arg-type]
+    union = candidate_union(*lists.values())
+    exact = {n: score_rows(BENCH_RETRIEVERS[n], snap, q, union, ctx[n]) for n in R4}  # type: ignore[arg-type]
+    exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
+    listed = {n: np.array([np.isin(u, r[r >= 0]) & (u >= 0) for u, r in zip(union, rows)]).reshape(union.shape)
+              for n, rows in lists.items()}
+    return Candidates(union, exact, listed, vectors_of(snap, union))  # type: ignore[arg-type]
+
+
+def subset(c: Candidates, names: tuple[str, ...]) -> Candidates:
+    """The union of only ``names``' lists (other rows masked out, positions kept)."""
+    keep = np.logical_or.reduce([c.listed[n] for n in names])
+    return Candidates(np.where(keep, c.rows, -1), {n: c.exact[n] for n in names},
+                      {n: c.listed[n] & keep for n in names}, c.vectors)
+
+
+def gqr_with(c: Candidates, q: QueryBatch, guide: dict[str, float], agreement_weighting: bool = True) -> np.ndarray:
+    """GQR over ``c`` exactly as :func:`fuse` runs it (FusionConfig only accepts registered retrievers)."""
+    names = tuple(c.exact)
+    w = adaptive_guide(guide, c.exact, c.listed, names) if agreement_weighting else dict(guide)
+    _, refined, _ = gqr_scores(GQRConfig(), w, c.exact, c.valid, q.dense, c.vectors)
+    return select(c.rows, refined, {}, 100)[0]
+
+
+_RM3_NO_BM25 = ("dense", "sparse", RM3.name)
+RM3_CANDIDATES: dict[str, Callable[[Candidates, QueryBatch], np.ndarray]] = {
+    "RRF(dense, sparse, bm25+rm3)": lambda c, q: select(
+        (s := subset(c, _RM3_NO_BM25)).rows, rrf_fusion(s.exact, s.listed, 60.0, None), {}, 100)[0],
+    "RRF(dense, sparse, BM25, bm25+rm3)": lambda c, q: select(c.rows, rrf_fusion(c.exact, c.listed, 60.0, None), {}, 100)[0],
+    "linear(dense, sparse, bm25+rm3) z-score": lambda c, q: select(
+        (s := subset(c, _RM3_NO_BM25)).rows, linear_fusion(s.exact, s.valid, None, "zscore"), {}, 100)[0],
+    "linear(4) z-score, equal": lambda c, q: select(c.rows, linear_fusion(c.exact, c.valid, None, "zscore"), {}, 100)[0],
+    "GQR fixed guide {sparse, bm25+rm3}": lambda c, q: gqr_with(subset(c, _RM3_NO_BM25), q,
+                                                                {"sparse": 0.5, RM3.name: 0.5}, False),
+    "GQR agreement guide {sparse, bm25+rm3}": lambda c, q: gqr_with(subset(c, _RM3_NO_BM25), q,
+                                                                    {"sparse": 0.5, RM3.name: 0.5}),
+    "GQR agreement guide {sparse, BM25, bm25+rm3}": lambda c, q: gqr_with(c, q, {"sparse": 1.0, "bm25": 1.0, RM3.name: 1.0}),
+    "GQR agreement guide {sparse, BM25}, bm25+rm3 in the union": lambda c, q: gqr_with(c, q, {"sparse": 0.5, "bm25": 0.5}),
+}
+
+
 def single_rows(c: Candidates, name: str) -> np.ndarray:
     """A retriever's own top-100: its listed candidates by its exact score."""
     return select(np.where(c.listed[name], c.rows, -1), c.exact[name], {}, 100)[0]
@@ -127,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     names = [f.name for f in folders]
     perq: dict[str, dict[str, dict[str, np.ndarray]]] = {}  # method -> collection -> metric -> per query
     costs: dict[str, dict[str, float]] = {}
+    rm3_cost: dict[str, dict[str, float]] = {}
     depth_rows = []
     for folder in folders:
         r = build(folder)
@@ -146,6 +230,15 @@ def main(argv: list[str] | None = None) -> int:
             perq.setdefault(name, {})[folder.name] = score(single_rows(c, name))
         for label, fn in CANDIDATES.items():
             perq.setdefault(label, {})[folder.name] = score(fn(c, q))
+        t0 = time.perf_counter()
+        c4 = gather4(100, snap, q)
+        rm3_cost[folder.name] = {"gather ms (3 retrievers + bm25+rm3)": (time.perf_counter() - t0) / len(qids) * 1e3,
+                                 **_rm3_costs(snap, q)}
+        if not np.array_equal(c4.exact["bm25"][:, :c.rows.shape[1]], c.exact["bm25"]):
+            logging.warning("%s: BM25 scores differ between the two gathers", folder.name)
+        perq.setdefault(RM3.name, {})[folder.name] = score(single_rows(c4, RM3.name))
+        for label, fn in RM3_CANDIDATES.items():
+            perq.setdefault(label, {})[folder.name] = score(fn(c4, q))
         for depth in (10, 30, 100):  # candidate depth per retriever, for both defaults
             cd = gather_candidates(R3, depth, snap, q, vectors=True)
             depth_rows.append({"collection": folder.name, "depth": depth, "union": float(cd.valid.sum(1).mean()),
@@ -155,23 +248,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{folder.name}: done ({len(qids)} queries)", flush=True)
 
     singles = list(R3)
-    methods = [*singles, *CANDIDATES]
+    methods = [*singles, RM3.name, *CANDIDATES, *RM3_CANDIDATES]
     mean = {m: {n: {k: float(v.mean()) for k, v in perq[m][n].items()} for n in names} for m in methods}
     # the rule: never below the best single retriever (tolerance TOL) in nDCG@10 and MRR@10
     best_single = {n: {k: max(mean[s][n][k] for s in singles) for k in METRICS} for n in names}
 
-    def rule(m: str, n: str) -> bool:
-        return all(mean[m][n][k] >= best_single[n][k] - TOL for k in ("ndcg@10", "mrr@10"))
+    best_single4 = {n: {k: max(mean[s][n][k] for s in (*singles, RM3.name)) for k in METRICS} for n in names}
+
+    def rule(m: str, n: str, best: dict[str, dict[str, float]] = best_single) -> bool:
+        return all(mean[m][n][k] >= best[n][k] - TOL for k in ("ndcg@10", "mrr@10"))
+
+    def rule4(m: str, n: str) -> bool:
+        return rule(m, n, best_single4)
 
     # leave-one-collection-out choice among the fusion candidates (by mean nDCG@10 on the others)
-    fusions = list(CANDIDATES)
-    loco = {}
-    for n in names:
-        others = [x for x in names if x != n]
-        loco[n] = max(fusions, key=lambda m: np.mean([mean[m][x]["ndcg@10"] for x in others]))
-    perq["LOCO-selected fusion (held-out)"] = {n: perq[loco[n]][n] for n in names}
-    mean["LOCO-selected fusion (held-out)"] = {n: mean[loco[n]][n] for n in names}
-    methods.append("LOCO-selected fusion (held-out)")
+    def loco_pick(fusions: list[str]) -> dict[str, str]:
+        return {n: max(fusions, key=lambda m: np.mean([mean[m][x]["ndcg@10"] for x in names if x != n])) for n in names}
+
+    loco = loco_pick(list(CANDIDATES))
+    loco_rm3 = loco_pick([*CANDIDATES, *RM3_CANDIDATES])
+    for label, pick in (("LOCO-selected fusion (held-out)", loco), (LOCO_RM3_LABEL, loco_rm3)):
+        perq[label] = {n: perq[pick[n]][n] for n in names}
+        mean[label] = {n: mean[pick[n]][n] for n in names}
+        methods.append(label)
 
     tables = {}
     for k in METRICS:
@@ -181,8 +280,10 @@ def main(argv: list[str] | None = None) -> int:
             if m not in singles:
                 row["never below best single"] = "yes" if all(rule(m, n) for n in names) else \
                     "no: " + ", ".join(n for n in names if not rule(m, n))
+                row["... or bm25+rm3"] = "yes" if all(rule4(m, n) for n in names) else \
+                    "no: " + ", ".join(n for n in names if not rule4(m, n))
             rows.append(row)
-        tables[k] = table(rows, ["method", *names, "avg", "never below best single"])
+        tables[k] = table(rows, ["method", *names, "avg", "never below best single", "... or bm25+rm3"])
         print(f"\n{k} (top-100 runs; rule = within {TOL} of the best single retriever in nDCG@10 and MRR@10)\n"
               + tables[k])
     sig_rows = []
@@ -196,19 +297,33 @@ def main(argv: list[str] | None = None) -> int:
         row["rule new"] = "yes" if rule(NEW_LABEL, n) else "no"
         row["rule today"] = "yes" if rule(TODAY_LABEL, n) else "no"
         row["LOCO pick"] = loco[n]
+        row["LOCO pick, bm25+rm3 variants too"] = loco_rm3[n]
         sig_rows.append(row)
     sig_md = table(sig_rows, list(sig_rows[0]))
     print("\nNew default vs today's default: paired tests over queries (randomisation 10k, t-test)\n" + sig_md)
+    rm3_rows = []
+    for m in (RM3.name, *RM3_CANDIDATES):
+        row = {"method": m}
+        for n in names:
+            a, b = perq[m][n]["ndcg@10"], perq[NEW_LABEL][n]["ndcg@10"]
+            row[n] = f"{(a - b).mean():+.3f} (p {randomisation_p(a, b):.2f})"
+        row["avg"] = f"{np.mean([(perq[m][n]['ndcg@10'] - perq[NEW_LABEL][n]['ndcg@10']).mean() for n in names]):+.3f}"
+        rm3_rows.append(row)
+    rm3_md = table(rm3_rows, list(rm3_rows[0]))
+    print("\nbm25+rm3 variants vs the new default: delta nDCG@10 (paired randomisation p)\n" + rm3_md)
+    rm3_cost_md = table([{"collection": n, **v} for n, v in rm3_cost.items()], ["collection", *next(iter(rm3_cost.values()))])
+    print("\nbm25+rm3 cost (ms per query)\n" + rm3_cost_md)
     depth_md = table(depth_rows, list(depth_rows[0]))
     print("\nCandidate depth per retriever (GQR, nDCG@10)\n" + depth_md)
     cost_rows = [{"collection": n, **c} for n, c in costs.items()]
     cost_md = table(cost_rows, list(cost_rows[0]))
     print("\nCost (ms per query, pre-encoded queries)\n" + cost_md)
     write_json(RESULTS / "fusion.json", {
-        "machine": machine(), "metrics": mean, "best_single": best_single, "loco": loco,
-        "significance": sig_rows, "depth": depth_rows, "costs": costs,
+        "machine": machine(), "metrics": mean, "best_single": best_single, "loco": loco, "loco_with_rm3": loco_rm3,
+        "significance": sig_rows, "depth": depth_rows, "costs": costs, "rm3_costs": rm3_cost,
+        "best_single_with_rm3": best_single4,
         "ndcg_recall": {m: {n: {k: mean[m][n][k] for k in ("ndcg@10", "recall@100")} for n in names} for m in methods}})
-    _write_doc(tables, sig_md, depth_md, cost_md)
+    _write_doc(tables, sig_md, depth_md, cost_md, rm3_md, rm3_cost_md)
     return 0
 
 
@@ -268,6 +383,19 @@ def _costs(r: HybridRetriever, c: Candidates, q: QueryBatch, name: str) -> dict[
     return out
 
 
+def _rm3_costs(snap: object, q: QueryBatch) -> dict[str, float]:
+    """bm25 top-100 vs bm25+rm3 (first pass, feedback texts, relevance model, second pass) top-100."""
+    n = len(q)
+    bm25 = REGISTRY["bm25"]
+    out = {"bm25 top-100 ms": min(_t(lambda: search_rows(bm25, snap, q, 100)) for _ in range(2)) / n * 1e3}  # type: ignore[arg-type]
+    out["bm25+rm3 prepare ms"] = min(_t(lambda: RM3.prepare(snap, q)) for _ in range(2)) / n * 1e3  # type: ignore[arg-type]
+    out["bm25+rm3 top-100 ms"] = min(_t(lambda: search_rows(RM3, snap, q, 100)) for _ in range(2)) / n * 1e3  # type: ignore[arg-type]
+    ctx = RM3.prepare(snap, q)  # type: ignore[arg-type]
+    out["expanded terms per query"] = float(np.mean([len(w) for w in ctx.weights]))
+    out["query terms per query"] = float(np.mean([len(set(t)) for t in bm25_tokens(snap, q.texts)]))  # type: ignore[arg-type]
+    return out
+
+
 def _t(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -277,7 +405,7 @@ def _t(fn: Callable[[], object]) -> float:
 MARK = "<!-- generated by benchmarks/fusion.py: everything below this line is rewritten -->"
 
 
-def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str) -> None:
+def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str, rm3_md: str, rm3_cost_md: str) -> None:
     """Rewrite the measured part of docs/fusion.md (below :data:`MARK`); the text above stays."""
     doc = ROOT / "docs" / "fusion.md"
     old = doc.read_text() if doc.is_file() else "# Fusion\n\n"
@@ -286,10 +414,14 @@ def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str)
         head + MARK + "\n\n## Measured\n\n"
         f"Each retriever's top-100, exact scores on the union, pytrec_eval over each method's top-100; the rule column "
         f"checks nDCG@10 and MRR@10 within {TOL} of the best single retriever on every collection. "
-        "LOCO row: for each collection, the fusion candidate with the best mean nDCG@10 on the *other* collections.\n\n"
+        "LOCO row: for each collection, the fusion candidate with the best mean nDCG@10 on the *other* collections "
+        "(the second LOCO row also chooses among the bm25+rm3 variants). bm25+rm3 rows: "
+        "the union of dense, sparse, BM25 and bm25+rm3 lists (each top-100), restricted to the lists named.\n\n"
         "### nDCG@10\n\n" + tables["ndcg@10"] + "\n\n### MRR@10\n\n" + tables["mrr@10"] +
         "\n\n### Recall@100\n\n" + tables["recall@100"] +
         "\n\n### New default vs today's default (paired, per query)\n\n" + sig_md +
+        "\n\n### bm25+rm3 variants vs the new default (delta nDCG@10, paired randomisation p)\n\n" + rm3_md +
+        "\n\n### bm25+rm3 cost (ms per query, this machine)\n\n" + rm3_cost_md +
         "\n\n### Candidate depth per retriever (nDCG@10)\n\n" + depth_md +
         "\n\n### Cost (ms per query, pre-encoded queries, this machine)\n\n" + cost_md + "\n")
     print(f"wrote {doc}")
