@@ -10,10 +10,14 @@ Reads go to the index's :class:`~hybridret.searcher.Searcher` (thread-safe), thr
 :class:`~hybridret.retriever.HybridRetriever` of the process, serialised by a lock; each is
 committed atomically before it is acknowledged, and the searcher moves to the new commit before the
 response is sent, so a client that got its acknowledgement finds its documents in the next search.
+A sharded index (``DIR/shards.json``, ``hybridret serve DIR --ray``) is served the same way through a
+:class:`~hybridret.distributed.searcher.ShardedSearcher` (see :mod:`hybridret.serve.backends`); a shard
+that cannot answer gets a 503 naming it.
 
 Errors are JSON ``{"error": {"type": ..., "message": ...}}`` with a 4xx status for bad input
 (422 malformed request, 400 rejected by the library, 401 API key, 404 unknown ids, 409 an id that
-exists already or the index locked by another process, 413 body too large); a 500 only for a server fault, never with a traceback.
+exists already or the index locked by another process, 413 body too large, 503 a shard that
+cannot answer); a 500 only for a server fault, never with a traceback.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -52,6 +57,7 @@ from ..filters import parse_filter
 from ..hybrid import FusionConfig
 from ..searcher import check_queries
 from .auth import key_matches
+from .backends import LocalBackend, ShardedBackend, load_backend
 from .batching import MicroBatcher
 
 __all__ = ["MAX_BODY_BYTES", "ServeConfig", "create_app", "serve"]
@@ -183,6 +189,7 @@ class WriteResponse(BaseModel):
     encoded: int = 0
     missing: list[str] = []
     commit: int | None = None
+    commits: dict[str, int | None] | None = Field(None, description="sharded index: the commit each touched shard wrote")
     num_docs: int = Field(description="live documents after this write")
     took_ms: float
 
@@ -191,12 +198,14 @@ class HealthResponse(BaseModel):
     status: str
     num_docs: int
     commit: int | None
+    commits: dict[str, int] | None = Field(None, description="sharded index: each shard's commit")
 
 
 class ErrorBody(BaseModel):
     type: str
     message: str
     ids: list[str] | None = None
+    shards: list[str] | None = Field(None, description="the shards that could not answer (503)")
 
 
 class ErrorResponse(BaseModel):
@@ -218,7 +227,17 @@ def _error(status: int, type: str, message: str, headers: dict[str, str] | None 
     return JSONResponse({"error": {"type": type, "message": message, **extra}}, status_code=status, headers=headers)
 
 
+def _shard_error(exc: HybridRetError) -> bool:
+    """A shard that could not answer (imported only once the distributed path was loaded)."""
+    import sys
+
+    shard = sys.modules.get("hybridret.distributed.shard")
+    return shard is not None and isinstance(exc, (shard.ShardUnavailableError, shard.ShardStaleError))
+
+
 def _status_of(exc: HybridRetError) -> int:
+    if _shard_error(exc):
+        return 503
     if isinstance(exc, DocumentNotFoundError):
         return 404
     if isinstance(exc, (IndexLockedError, IndexExistsError)):
@@ -312,10 +331,10 @@ class BodyLimit:
 
 # -- the service -----------------------------------------------------------------------------------
 class Service:
-    """The state behind the app: the retriever (writes), its searcher (reads), the batcher."""
+    """The state behind the app: the backend (one index or a sharded one: reads and writes), the batcher."""
 
-    def __init__(self, retriever: Any, config: ServeConfig) -> None:
-        self.retriever = retriever
+    def __init__(self, backend: LocalBackend | ShardedBackend, config: ServeConfig) -> None:
+        self.backend = backend
         self.config = config
         self.write_lock = threading.Lock()
         self.batcher = MicroBatcher(self._run, window_ms=config.batch_window_ms, max_batch=config.max_batch,
@@ -324,23 +343,26 @@ class Service:
         self.writes = 0
 
     @property
+    def retriever(self) -> Any:
+        """The :class:`~hybridret.retriever.HybridRetriever` of a single index (``None`` when sharded)."""
+        return getattr(self.backend, "retriever", None)
+
+    @property
     def searcher(self) -> Any:
-        return self.retriever.searcher
+        return self.backend.searcher
 
     def _run(self, queries: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
         with_text = settings["with_text"]
-        hits = self.searcher.search(queries, settings["k"], method=settings["method"], filter=settings["filter"],
-                                    fusion=settings["fusion"], candidates=settings["candidates"])
+        hits = self.backend.search(queries, settings["k"], method=settings["method"], filter=settings["filter"],
+                                   fusion=settings["fusion"], candidates=settings["candidates"])
         return [{"resolved": hits.method, "hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
                 for i in range(len(hits))]
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
         start = time.perf_counter()
         with self.write_lock:  # one writer; the commit is atomic, and the searcher refreshes inside
-            result = getattr(self.retriever, op)(*args, **kw)
+            out = self.backend.write(op, *args, **kw)
             self.writes += 1
-            out = result.to_dict()
-            out["num_docs"] = self.searcher.num_docs
         out["took_ms"] = round((time.perf_counter() - start) * 1000, 3)
         logger.info("%s: %s", op, {k: v for k, v in out.items() if v and k not in ("missing", "took_ms")})
         return out
@@ -350,32 +372,22 @@ class Service:
             self.batcher.close()
 
 
-def _load_retriever(index: Any) -> Any:
-    from ..retriever import HybridRetriever
-
-    if isinstance(index, HybridRetriever):
-        return index
-    return HybridRetriever.load(index, warm=True)
-
-
 def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> FastAPI:
-    """The FastAPI app over an index directory (or an already loaded
-    :class:`~hybridret.retriever.HybridRetriever`, e.g. to share its models between apps)."""
+    """The FastAPI app over an index directory (sharded when it holds ``shards.json``), an already
+    loaded :class:`~hybridret.retriever.HybridRetriever` (e.g. to share its models between apps), or
+    a :class:`~hybridret.distributed.searcher.ShardedSearcher` / :mod:`~hybridret.serve.backends` backend."""
     config = config or ServeConfig()
-    retriever = _load_retriever(index)
-    service = Service(retriever, config)
-    own_timer = False
+    backend = load_backend(index)
+    service = Service(backend, config)
     if config.refresh_every is not None:
-        retriever.searcher.refresh_every(config.refresh_every)
-        own_timer = True
+        backend.refresh_every(config.refresh_every)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> Any:
         yield
         await run_in_threadpool(service.close)
-        if own_timer:
-            retriever.searcher.close()
-        logger.info("server stopped; last commit %s", retriever.searcher.snapshot.commit)
+        await run_in_threadpool(backend.close)
+        logger.info("server stopped; %s", backend.describe())
 
     app = FastAPI(title="hybridret", version=__version__, lifespan=lifespan,
                   description="Hybrid dense + learned-sparse retrieval over one index. Search page at `/`.")
@@ -411,8 +423,13 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
         status = _status_of(exc)
         if status >= 500:
             logger.error("%s %s failed: %s", request.method, request.url.path, exc)
-        extra = {"ids": list(exc.ids)} if isinstance(exc, DocumentNotFoundError) else {}
-        return _error(status, type(exc).__name__, str(exc).replace("\n", " "), **extra)
+        extra: dict[str, Any] = {"ids": list(exc.ids)} if isinstance(exc, DocumentNotFoundError) else {}
+        if getattr(exc, "shards", None):
+            extra["shards"] = list(exc.shards)  # type: ignore[attr-defined]
+        cause = getattr(exc, "cause", None)  # an error raised inside a shard actor: its own message, no remote traceback
+        kind, message = (type(cause).__name__, str(cause)) if isinstance(cause, HybridRetError) else \
+            (type(exc).__name__, str(exc))
+        return _error(status, kind, message.replace("\n", " "), **extra)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -451,25 +468,16 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
                 "results": [{"query": q, "hits": r["hits"]} for q, r in zip(texts, results)],
                 "took_ms": round((time.perf_counter() - start) * 1000, 3)}
 
-    @app.get("/health", response_model=HealthResponse, summary="liveness (never needs a key)")
+    @app.get("/health", response_model=HealthResponse, response_model_exclude_unset=True,
+             summary="liveness (never needs a key)")
     async def health() -> dict[str, Any]:
-        snap = service.searcher.snapshot
-        return {"status": "ok", "num_docs": snap.num_docs, "commit": snap.commit}
+        return {"status": "ok", **backend.health()}
 
     @app.get("/info", dependencies=[Depends(read_auth)], responses=_ERRORS,
              summary="counts, encoders, fusion configuration, segments, batching statistics")
     async def info() -> dict[str, Any]:
-        searcher = service.searcher
-        snap = searcher.snapshot
-        manifest = snap.manifest
-        default = searcher.fusion_config("hybrid", None, snap)
         return {
-            "version": __version__, "index": str(searcher.root), "commit": snap.commit,
-            "saved_at": manifest.get("saved_at"), "num_docs": snap.num_docs, "num_deleted": snap.num_deleted,
-            "encoder": manifest.get("encoder"), "components": manifest.get("components", {}),
-            "available": searcher.available(snap), "methods": list(Method.__args__),  # type: ignore[attr-defined]
-            "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
-            "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
+            "version": __version__, **backend.info(), "methods": list(Method.__args__),  # type: ignore[attr-defined]
             "batching": {**service.batcher.config(), **service.batcher.stats.to_dict()},
             "auth": {"writes": config.api_key is not None, "reads": config.api_key is not None and config.protect_reads},
             "limits": {"k": MAX_K, "query_chars": MAX_QUERY_CHARS, "queries": MAX_QUERIES,
@@ -482,24 +490,27 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
     async def get_documents(ids: list[str] = Query(..., description="document ids")) -> dict[str, Any]:
         if len(ids) > MAX_DOCUMENTS:
             raise ApiError(400, "invalid_request", f"at most {MAX_DOCUMENTS} ids per request, got {len(ids)}")
-        return {"documents": service.searcher.get(ids)}
+        return {"documents": await run_in_threadpool(backend.get, ids)}
 
     # -- writes --
-    @app.post("/documents", response_model=WriteResponse, responses=_ERRORS, dependencies=[Depends(write_auth)],
+    @app.post("/documents", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,
+              dependencies=[Depends(write_auth)],
               summary="add documents (or upsert them); answered after the commit")
     async def add_documents(req: DocumentsRequest) -> dict[str, Any]:
         docs = [d.to_library() for d in req.documents]
         return await run_in_threadpool(service.write, "upsert" if req.upsert else "add", docs, show_progress=False)
 
-    @app.delete("/documents", response_model=WriteResponse, dependencies=[Depends(write_auth)],
+    @app.delete("/documents", response_model=WriteResponse, response_model_exclude_unset=True,
+                dependencies=[Depends(write_auth)],
                 responses={**_ERRORS, 404: {"model": ErrorResponse}},
                 summary="delete documents by id (unknown ids: 404 and nothing deleted, unless ignore_missing)")
     async def delete_documents(req: DeleteRequest) -> dict[str, Any]:
         return await run_in_threadpool(service.write, "delete", req.ids,
                                        missing="ignore" if req.ignore_missing else "error")
 
-    @app.post("/compact", response_model=WriteResponse, responses=_ERRORS, dependencies=[Depends(write_auth)],
-              summary="merge segments and drop deleted documents")
+    @app.post("/compact", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,
+              dependencies=[Depends(write_auth)],
+              summary="merge segments and drop deleted documents (every shard's, on a sharded index)")
     async def compact() -> dict[str, Any]:
         return await run_in_threadpool(service.write, "compact", show_progress=False)
 
@@ -513,7 +524,7 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
     return app
 
 
-def serve(index: str | Path, *, host: str = "127.0.0.1", port: int = 8000, config: ServeConfig | None = None,
+def serve(index: str | Path | Any, *, host: str = "127.0.0.1", port: int = 8000, config: ServeConfig | None = None,
           log_level: str = "info") -> None:
     """Load the index and its models, then serve until SIGINT/SIGTERM (in-flight requests finish)."""
     import uvicorn
@@ -522,9 +533,17 @@ def serve(index: str | Path, *, host: str = "127.0.0.1", port: int = 8000, confi
     if config.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without --api-key-file: anyone who can reach it can change the index", host)
     app = create_app(index, config)
-    logger.info("serving %s on http://%s:%d (search page /, API docs /docs; batching %s)", index,
+    logger.info("serving %s%s on http://%s:%d (search page /, API docs /docs; batching %s)", getattr(index, "root", index),
+                " (sharded, on Ray)" if getattr(app.state.service.backend, "sharded", False) else "",
                 host if ":" not in host else f"[{host}]", port,
                 f"on, {config.batch_window_ms:g} ms window, up to {config.max_batch}" if config.batching else "off")
     server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                            timeout_graceful_shutdown=60, lifespan="on"))
-    asyncio.run(server.serve())
+    try:
+        asyncio.run(server.serve())
+    except SystemExit as exc:
+        # uvicorn re-raises SIGTERM after its graceful shutdown; in a Ray driver (a sharded index) Ray's handler
+        # turns it into exit status 15, but the shutdown was complete (the shard actors were stopped): exit 0
+        if not (getattr(app.state.service.backend, "sharded", False) and exc.code == signal.SIGTERM):
+            raise
+        logger.info("stopped on SIGTERM")

@@ -158,7 +158,8 @@ async function status() {
   try {
     const resp = await fetch("/health");
     const h = await resp.json();
-    $("status").textContent = h.num_docs + " documents · commit " + h.commit;
+    const where = h.commits ? Object.keys(h.commits).length + " shards" : "commit " + h.commit;
+    $("status").textContent = h.num_docs + " documents · " + where;
   } catch (e) {
     $("status").textContent = "server unreachable";
   }

@@ -1,0 +1,160 @@
+"""The distributed build: encode on a Ray Data actor pool, write one ordinary index per shard.
+
+1. Documents are validated once (the library's own rules) and routed by a stable hash of their id.
+2. Encoding is a Ray Data pipeline: ``map_batches`` over an actor pool whose actors hold the models
+   (``num_gpus=1`` per actor when the cluster has GPUs, CPU actors otherwise). Every encoded
+   batch lands in a shared content-keyed encoding cache (``enc-*.npz``, written atomically), which
+   makes the build resumable: run it again after an interruption and only what is missing is
+   encoded.
+3. One Ray task per shard builds ``DIR/shard-NNN`` with an :class:`~hybridret.indexer.IndexWriter`
+   that reads every encoding back from the cache (it never loads a model), then ``DIR/shards.json``
+   is written last: a folder without it is not a sharded index.
+
+The cache and the corpus must be on storage every node sees (a shared filesystem) on a real cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..data import CorpusReader, Document
+from ..encoders import Encoder
+from ..errors import ConfigError, IndexExistsError
+from .encoding import BatchEncoder, PrecomputedEncoder, encoder_shape
+from .layout import LAYOUT_FILE, shard_name, split_by_shard, write_layout
+
+__all__ = ["build_sharded", "encode_distributed"]
+
+logger = logging.getLogger(__name__)
+
+
+def _documents(documents: Iterable[Any] | str | Path) -> tuple[list[Document], int]:
+    from ..indexer import as_document
+
+    source = CorpusReader(documents) if isinstance(documents, (str, Path)) else documents
+    docs, blank, seen = [], 0, set()
+    for i, item in enumerate(source):
+        doc = as_document(item, i, allow_bare=True)
+        if not doc.full_text.strip():
+            blank += 1
+            continue
+        if doc.id in seen:
+            from ..errors import CorpusFormatError
+
+            raise CorpusFormatError(f"duplicate document id {doc.id!r}", field="id")
+        seen.add(doc.id)
+        docs.append(doc)
+    return docs, blank + int(getattr(source, "skipped_empty", 0) or 0)
+
+
+def _ray_ready(address: str | None, num_cpus: int | None) -> Any:
+    try:
+        import ray
+    except ImportError:  # pragma: no cover
+        raise ConfigError("the distributed build needs Ray: pip install 'hybridret[ray]'") from None
+    if not ray.is_initialized():
+        ray.init(address=address, num_cpus=num_cpus if address is None else None, include_dashboard=False,
+                 log_to_driver=False)
+    return ray
+
+
+def encode_distributed(docs: list[Document], config: dict[str, Any], cache_dir: str | Path, *,
+                       workers: int | None = None, batch_size: int = 64, device: str | None = None,
+                       num_gpus: float | None = None) -> int:
+    """Encode ``docs`` into the encoding cache at ``cache_dir`` on a Ray Data actor pool; returns how
+    many documents were encoded (the rest were in the cache already)."""
+    import ray
+
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    gpus = ray.cluster_resources().get("GPU", 0) if num_gpus is None else num_gpus
+    per_gpu = 1 if gpus else 0
+    free = float(ray.available_resources().get("CPU", 0))
+    if workers is None:
+        workers = int(gpus) if gpus else max(1, int(free))
+    cpus = 0.0 if per_gpu else _cpus_per_actor(free, workers)
+    ds = ray.data.from_items([{"id": d.id, "full_text": d.full_text} for d in docs],
+                             override_num_blocks=max(1, min(len(docs) // batch_size + 1, 4 * workers)))
+    out = ds.map_batches(BatchEncoder, fn_constructor_kwargs={"config": config, "cache_dir": str(cache_dir),
+                                                              "device": device},
+                         batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=workers),
+                         num_cpus=cpus, num_gpus=per_gpu)
+    encoded = 0
+    for batch in out.iter_batches(batch_size=None, batch_format="numpy"):
+        encoded += int(batch["encoded"].sum())
+    return encoded
+
+
+def _cpus_per_actor(free: float, workers: int) -> float:
+    """One CPU per encoding actor, or the free share when other actors (e.g. shard servers) hold
+    CPU slots: an actor pool asking for more CPUs than are free never starts (a deadlock)."""
+    if free >= workers:
+        return 1.0
+    share = max(0.05, free / workers)
+    logger.warning("only %.2f CPUs are free for %d encoding actors; each asks for %.2f", free, workers, share)
+    return share
+
+
+def _write_shard(root: str, docs: list[Document], shape: dict[str, Any], cache_dir: str,
+                 settings: Mapping[str, Any] | None, chunk_size: int) -> dict[str, Any]:
+    from ..indexer import IndexWriter
+
+    enc = PrecomputedEncoder(shape, what=Path(root).name)
+    with IndexWriter(root, encoder=enc, settings=settings) as writer:
+        result = writer.write(docs, mode="build", encode_cache=cache_dir, chunk_size=chunk_size, show_progress=False)
+    return result.to_dict()
+
+
+def build_sharded(documents: Iterable[Any] | str | Path, output: str | Path, *, shards: int,
+                  encoder: Encoder | None = None, settings: Mapping[str, Any] | None = None,
+                  address: str | None = None, num_cpus: int | None = None, workers: int | None = None,
+                  batch_size: int = 64, encode_cache: str | Path | None = None, overwrite: bool = False,
+                  device: str | None = None, chunk_size: int = 1024) -> dict[str, Any]:
+    """Build a sharded index of ``documents`` (an iterable, or a corpus path) at ``output`` with
+    ``shards`` shards on Ray (``address``: an existing cluster; ``None``: a local one with
+    ``num_cpus``). ``encode_cache`` (default ``OUTPUT/encode-cache``, removed after success)
+    makes an interrupted build resumable. Returns per-shard counts and timings."""
+    from ..encoders import PairedEncoder
+
+    output = Path(output)
+    if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ConfigError(f"shards must be a positive integer, got {shards!r}")
+    if (output / LAYOUT_FILE).exists() or (output / "manifest.json").exists():
+        if not overwrite:
+            raise IndexExistsError(f"{output} already holds an index; pass overwrite=True (CLI: --overwrite)")
+    t0 = time.perf_counter()
+    docs, blank = _documents(documents)
+    groups = split_by_shard(docs, shards, key=lambda d: d.id)
+    empty = [shard_name(i) for i, g in enumerate(groups) if not g]
+    if empty:
+        raise ConfigError(f"{len(docs)} documents leave {', '.join(empty)} empty; use fewer shards")
+    encoder = encoder or PairedEncoder.from_names(device=device)
+    shape = encoder_shape(encoder)
+    ray = _ray_ready(address, num_cpus)
+    cache_dir = Path(encode_cache) if encode_cache is not None else output / "encode-cache"
+    output.mkdir(parents=True, exist_ok=True)
+    (output / LAYOUT_FILE).unlink(missing_ok=True)  # the layout is written last
+    t1 = time.perf_counter()
+    encoded = encode_distributed(docs, shape["config"], cache_dir, workers=workers, batch_size=batch_size,
+                                 device=device)
+    t2 = time.perf_counter()
+    free = float(ray.available_resources().get("CPU", 0))
+    write = ray.remote(num_cpus=min(1.0, max(0.05, free)))(_write_shard)
+    refs = [write.remote(str((output / shard_name(i)).resolve()), groups[i], shape, str(cache_dir.resolve()),
+                         dict(settings) if settings else None, chunk_size) for i in range(shards)]
+    results = ray.get(refs)
+    t3 = time.perf_counter()
+    write_layout(output, shards, shape["config"], extra={"built_with": "ray", "num_docs": len(docs)})
+    if encode_cache is None:
+        shutil.rmtree(cache_dir, ignore_errors=True)
+    out = {"num_docs": len(docs), "skipped_empty": blank, "encoded": encoded, "shards": {
+        shard_name(i): {"num_docs": r["added"], "commit": r["commit"]} for i, r in enumerate(results)},
+        "seconds": {"read": t1 - t0, "encode": t2 - t1, "write": t3 - t2, "total": t3 - t0}}
+    logger.info("built %s: %d documents in %d shards (%d encoded, %.1f s)", output, len(docs), shards, encoded,
+                t3 - t0)
+    return out

@@ -1,0 +1,200 @@
+"""One shard: an ordinary index directory served by one process (a Ray actor in a cluster).
+
+:class:`ShardServer` is plain Python (``ray.remote`` wraps it, see :func:`shard_actor_class`): it
+holds a read-only :class:`~hybridret.searcher.Searcher` over its directory (whose encoder is never
+loaded: queries arrive encoded by the coordinator) and answers the coordinator's phases:
+
+* ``bm25_stats``: the shard's collection statistics for the query batch's BM25 tokens;
+* ``search``: each retriever's top rows (pre-filtered), the union of those rows and every asked
+  retriever's exact score of each, BM25 scored with the *global* statistics when given;
+* ``vectors`` / ``docs``: stored dense vectors (for GQR) and hit views of given rows.
+
+Every read names the commit the coordinator pinned; the shard keeps the last few snapshots open so
+that a query started before a refresh finishes on the same state. Writes go through an
+:class:`~hybridret.indexer.IndexWriter` fed with encodings made by the coordinator.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import ConfigError, HybridRetError
+from ..filters import Filter
+from ..fusion import candidate_union
+from ..index.snapshot import Snapshot
+from ..retrievers import REGISTRY, QueryBatch, score_rows, search_rows, vectors_of
+
+__all__ = ["KEPT_SNAPSHOTS", "ShardServer", "ShardStaleError", "ShardUnavailableError", "shard_actor_class"]
+
+logger = logging.getLogger(__name__)
+
+KEPT_SNAPSHOTS = 4  # snapshots a shard keeps open for queries pinned to an older commit
+
+
+class ShardUnavailableError(HybridRetError):
+    """A shard could not answer (its actor died and could not be restarted, or it keeps failing).
+    ``shards`` names the shards concerned."""
+
+    def __init__(self, message: str, shards: list[str]) -> None:
+        super().__init__(message)
+        self.shards = shards
+
+
+class ShardStaleError(HybridRetError):
+    """A read named a commit the shard no longer holds (e.g. after a restart): refresh and retry."""
+
+
+def _prepare(name: str, snap: Snapshot, q: QueryBatch, stats: Any) -> Any:
+    if name == "bm25" and stats is not None:
+        return REGISTRY[name].prepare(snap, q, stats=stats)  # type: ignore[call-arg]
+    return REGISTRY[name].prepare(snap, q)
+
+
+class ShardServer:
+    """Serve one shard directory to a coordinator (see the module docstring)."""
+
+    def __init__(self, root: str, name: str, device: str | None = None) -> None:
+        from ..searcher import EncoderSlot, Searcher
+
+        self.root = Path(root)
+        self.name = name
+        self.searcher = Searcher(self.root, device=device, encoder=EncoderSlot(None, None, device))
+        self._snaps: OrderedDict[int, Snapshot] = OrderedDict()
+        self._keep(self.searcher.snapshot)
+        logger.info("%s: serving %s (commit %d, %d documents)", name, root, self.searcher.snapshot.commit,
+                    self.searcher.num_docs)
+
+    def _keep(self, snap: Snapshot) -> None:
+        self._snaps[snap.commit] = snap
+        self._snaps.move_to_end(snap.commit)
+        while len(self._snaps) > KEPT_SNAPSHOTS:
+            self._snaps.popitem(last=False)
+
+    def _snap(self, commit: int | None) -> Snapshot:
+        if commit is None:
+            return self.searcher.snapshot
+        snap = self._snaps.get(commit)
+        if snap is None:
+            raise ShardStaleError(f"{self.name}: commit {commit} is no longer open here (current commit "
+                                  f"{self.searcher.snapshot.commit}); refresh and retry")
+        return snap
+
+    # -- state ----------------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        snap = self.searcher.snapshot
+        m = snap.manifest
+        available = {name: r.available(snap) for name, r in REGISTRY.items()}
+        metrics = sorted({s.dense.metric for s in snap.segments if s.dense is not None})
+        return {"name": self.name, "commit": snap.commit, "num_docs": snap.num_docs, "num_deleted": snap.num_deleted,
+                "segments": len(snap.segments), "saved_at": m.get("saved_at"), "encoder": m.get("encoder"),
+                "components": m.get("components", {}), "fusion": m.get("fusion"), "available": available,
+                "dense_metrics": metrics, "shape": m.get("shape"), "settings": m.get("settings")}
+
+    def refresh(self) -> int:
+        self.searcher.refresh()
+        self._keep(self.searcher.snapshot)
+        return self.searcher.snapshot.commit
+
+    def ping(self) -> str:
+        return self.name
+
+    # -- reads ----------------------------------------------------------------------------------
+    def bm25_stats(self, commit: int | None, texts: list[str]) -> Any:
+        from ..retrievers.bm25 import bm25_tokens, collection_stats
+
+        snap = self._snap(commit)
+        return collection_stats(snap, (t for toks in bm25_tokens(snap, texts) for t in toks))
+
+    def search(self, commit: int | None, q: QueryBatch, names: tuple[str, ...], depth: int, filt: Filter | None,
+               stats: Any = None, score_all: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Top ``depth`` rows of each retriever in ``names``; with ``score_all``, also the union of
+        those lists and every ``score_all`` retriever's exact scores of it."""
+        snap = self._snap(commit)
+        wanted = tuple(dict.fromkeys((*names, *score_all)))
+        ctx = {name: _prepare(name, snap, q, stats) for name in wanted}
+        lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name]) for name in names}
+        out: dict[str, Any] = {"commit": snap.commit, "lists": {}, "ids": {}}
+        for name, (rows, scores) in lists.items():
+            out["lists"][name] = (rows, scores)
+        if score_all:
+            union = candidate_union(*(rows for rows, _ in lists.values()))
+            out["union"] = union
+            out["exact"] = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name]) for name in score_all}
+        every = np.unique(np.concatenate([r.ravel() for r, _ in lists.values()] or [np.zeros(0, np.int64)]))
+        every = every[every >= 0]
+        out["ids"] = dict(zip(every.tolist(), snap.ids[every].tolist())) if len(every) else {}
+        return out
+
+    def score(self, commit: int | None, q: QueryBatch, rows: np.ndarray, names: tuple[str, ...],
+              stats: Any = None) -> dict[str, np.ndarray]:
+        """Exact scores of this shard's ``rows`` (``(nq, m)``, ``-1`` = none) from each retriever."""
+        snap = self._snap(commit)
+        return {name: score_rows(REGISTRY[name], snap, q, rows, _prepare(name, snap, q, stats)) for name in names}
+
+    def vectors(self, commit: int | None, rows: np.ndarray) -> np.ndarray:
+        return vectors_of(self._snap(commit), np.asarray(rows, dtype=np.int64))
+
+    def docs(self, commit: int | None, rows: list[int]) -> list[dict[str, Any]]:
+        """Stored id, title, text, metadata and learned-sparse vector of each row (for hit views)."""
+        snap = self._snap(commit)
+        out = []
+        for row in rows:
+            title, text, meta = snap.get(int(row))
+            seg, local = snap.locate(np.array([row]))
+            part = snap.segments[int(seg[0])].sparse
+            vec = part.forward[int(local[0])] if part is not None else None
+            out.append({"id": str(snap.ids[int(row)]), "title": title, "text": text, "metadata": meta,
+                        "sparse": None if vec is None else (vec.indices.copy(), vec.data.copy())})
+        return out
+
+    def get(self, ids: list[str]) -> list[dict[str, Any] | None]:
+        return self.searcher.get(ids)
+
+    def contains(self, ids: list[str]) -> list[bool]:
+        snap = self.searcher.snapshot
+        return [i in snap for i in ids]
+
+    # -- writes ---------------------------------------------------------------------------------
+    def write(self, documents: list[Any], mode: str, shape: dict[str, Any], table: dict[str, Any],
+              chunk_size: int = 1024) -> dict[str, Any]:
+        """``add`` / ``upsert`` documents whose encodings (by full text) the coordinator computed."""
+        from ..indexer import IndexWriter
+        from .encoding import PrecomputedEncoder
+
+        if mode not in ("add", "upsert"):
+            raise ConfigError(f"a shard takes add or upsert writes, got {mode!r}")
+        enc = PrecomputedEncoder(shape, table, what=self.name)
+        with IndexWriter(self.root, encoder=enc) as writer:
+            result = writer.write(documents, mode=mode, chunk_size=chunk_size, show_progress=False)
+            writer.merge_small()
+        self.refresh()
+        return result.to_dict()
+
+    def delete(self, ids: list[str], missing: str = "error") -> dict[str, Any]:
+        from ..indexer import IndexWriter
+
+        with IndexWriter(self.root) as writer:
+            result = writer.delete(ids, missing=missing)
+        self.refresh()
+        return result.to_dict()
+
+    def compact(self) -> dict[str, Any]:
+        """Merge this shard's segments into one and drop its deleted documents (nothing re-encoded)."""
+        from ..indexer import IndexWriter
+
+        with IndexWriter(self.root) as writer:
+            result = writer.compact(show_progress=False)
+        self.refresh()
+        return result.to_dict()
+
+
+def shard_actor_class() -> Any:
+    """:class:`ShardServer` as a Ray actor class (``ray`` is imported only here)."""
+    import ray
+
+    return ray.remote(ShardServer)

@@ -1,0 +1,201 @@
+"""What the server serves: one index (:class:`LocalBackend`, a :class:`~hybridret.retriever.HybridRetriever`)
+or a sharded index on Ray (:class:`ShardedBackend`, a :class:`~hybridret.distributed.searcher.ShardedSearcher`).
+
+The app (:mod:`hybridret.serve.app`) talks to either through the same few methods: ``search`` (thread-safe,
+called by the micro-batcher's workers), ``get``, ``write`` (add / upsert / delete / compact, called under the
+app's write lock, committed before it returns), ``health``, ``info``, ``refresh_every`` and ``close``.
+Ray is imported only by :meth:`ShardedBackend.open`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, HybridRetError
+
+__all__ = ["LocalBackend", "ShardedBackend", "is_sharded", "load_backend"]
+
+logger = logging.getLogger(__name__)
+
+
+def is_sharded(index: str | Path) -> bool:
+    """A sharded index folder (``DIR/shards.json``), as ``hybridret search`` recognises it."""
+    return (Path(index) / "shards.json").is_file()
+
+
+class LocalBackend:
+    """One index: reads from the retriever's :class:`~hybridret.searcher.Searcher`, writes through the retriever."""
+
+    sharded = False
+
+    def __init__(self, retriever: Any) -> None:
+        self.retriever = retriever
+        self._own_timer = False
+
+    @property
+    def searcher(self) -> Any:
+        return self.retriever.searcher
+
+    def search(self, queries: list[str], k: int, **settings: Any) -> Any:
+        return self.searcher.search(queries, k, **settings)
+
+    def get(self, ids: list[str]) -> list[dict[str, Any] | None]:
+        return self.searcher.get(ids)
+
+    def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
+        out = getattr(self.retriever, op)(*args, **kw).to_dict()
+        out["num_docs"] = self.searcher.num_docs
+        return out
+
+    def health(self) -> dict[str, Any]:
+        snap = self.searcher.snapshot
+        return {"num_docs": snap.num_docs, "commit": snap.commit}
+
+    def info(self) -> dict[str, Any]:
+        searcher = self.searcher
+        snap = searcher.snapshot
+        manifest = snap.manifest
+        default = searcher.fusion_config("hybrid", None, snap)
+        return {
+            "index": str(searcher.root), "commit": snap.commit, "saved_at": manifest.get("saved_at"),
+            "num_docs": snap.num_docs, "num_deleted": snap.num_deleted, "encoder": manifest.get("encoder"),
+            "components": manifest.get("components", {}), "available": searcher.available(snap),
+            "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
+            "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
+        }
+
+    def refresh_every(self, seconds: float) -> None:
+        self.searcher.refresh_every(seconds)
+        self._own_timer = True
+
+    def describe(self) -> str:
+        return f"last commit {self.searcher.snapshot.commit}"
+
+    def close(self) -> None:
+        if self._own_timer:
+            self.searcher.close()
+
+
+class ShardedBackend:
+    """A sharded index: every call goes to the shard actors through one
+    :class:`~hybridret.distributed.searcher.ShardedSearcher` (queries and new documents are
+    encoded once, here). ``owns``: stop the shard actors on :meth:`close`."""
+
+    sharded = True
+
+    def __init__(self, searcher: Any, *, owns: bool = False) -> None:
+        self.searcher = searcher
+        self.owns = owns
+        self._stop = threading.Event()
+        self._timer: threading.Thread | None = None
+
+    @classmethod
+    def open(cls, root: str | Path, *, address: str | None = None, device: str | None = None,
+             **options: Any) -> ShardedBackend:
+        """Join the Ray cluster at ``address`` (``None``: start a local one, unless Ray is already
+        initialised in this process) and start one actor per shard of ``root``."""
+        from ..distributed.layout import read_layout
+
+        read_layout(root)  # a folder that is not a sharded index fails here, before Ray starts
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("serving a sharded index needs Ray: pip install 'hybridret[ray]'") from None
+        from ..distributed.searcher import ShardedSearcher
+
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                where = f"the Ray cluster at {address}" if address else "a local Ray cluster"
+                raise HybridRetError(f"could not start or join {where}: {str(exc).splitlines()[0]}") from None
+        return cls(ShardedSearcher.open(root, device=device, **options), owns=True)
+
+    @property
+    def root(self) -> Path:
+        return Path(self.searcher.root)
+
+    def search(self, queries: list[str], k: int, **settings: Any) -> Any:
+        return self.searcher.search(queries, k, partial=False, **settings)  # a missing shard: ShardUnavailableError
+
+    def get(self, ids: list[str]) -> list[dict[str, Any] | None]:
+        return self.searcher.get(ids)
+
+    def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
+        kw.pop("show_progress", None)
+        if op not in ("add", "upsert", "delete", "compact"):
+            raise ConfigError(f"unknown write {op!r}")
+        out = dict(getattr(self.searcher, op)(*args, **kw))
+        out["commit"] = None  # a sharded write commits once per touched shard: see "commits"
+        out["num_docs"] = self._num_docs()
+        return out
+
+    def _num_docs(self) -> int:
+        return int(sum(i["num_docs"] for i in self.searcher.shard_infos))
+
+    def health(self) -> dict[str, Any]:  # the pinned state: no call to the shards
+        return {"num_docs": self._num_docs(), "commit": None, "commits": self.searcher.commits}
+
+    def info(self) -> dict[str, Any]:
+        s = self.searcher
+        infos = s.shard_infos
+        default = s.fusion_config("hybrid", None)
+        return {
+            "index": str(s.root), "sharded": True, "commit": None, "commits": s.commits, "saved_at": None,
+            "num_docs": self._num_docs(), "num_deleted": int(sum(i.get("num_deleted", 0) for i in infos)),
+            "encoder": s.layout.encoder or infos[0]["encoder"], "components": infos[0].get("components", {}),
+            "available": s.available(),
+            "fusion": {"stored": s.layout.fusion or infos[0].get("fusion"), "hybrid": default.to_dict() if default else None},
+            "shards": [{"name": i["name"], "commit": int(i["commit"]), "num_docs": int(i["num_docs"]),
+                        "num_deleted": int(i.get("num_deleted", 0)), "segments": i.get("segments")} for i in infos],
+            "segments": [],
+        }
+
+    def refresh_every(self, seconds: float) -> None:
+        """Pick up commits other processes made to the shards every ``seconds`` (a background thread)."""
+        if seconds <= 0:
+            raise ConfigError(f"refresh interval must be positive, got {seconds}")
+        if self._timer is not None:
+            raise ConfigError("this server already refreshes on a timer")
+
+        def loop() -> None:
+            while not self._stop.wait(seconds):
+                try:
+                    self.searcher.refresh()
+                except Exception:  # keep serving the pinned commits
+                    logger.warning("refreshing the shards of %s failed; still serving %s", self.root,
+                                   self.searcher.commits, exc_info=True)
+
+        self._timer = threading.Thread(target=loop, name="hybridret-shard-refresh", daemon=True)
+        self._timer.start()
+
+    def describe(self) -> str:
+        return f"shard commits {self.searcher.commits}"
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._timer is not None:
+            self._timer.join(timeout=5)
+            self._timer = None
+        if self.owns:
+            self.searcher.close()
+
+
+def load_backend(index: Any) -> LocalBackend | ShardedBackend:
+    """A backend for ``index``: a backend (as is), a :class:`~hybridret.retriever.HybridRetriever`,
+    a :class:`~hybridret.distributed.searcher.ShardedSearcher` (not closed by the server), or a
+    folder (sharded when it holds ``shards.json``, then on the Ray cluster this process joined or a local one)."""
+    if isinstance(index, (LocalBackend, ShardedBackend)):
+        return index
+    from ..retriever import HybridRetriever
+
+    if isinstance(index, HybridRetriever):
+        return LocalBackend(index)
+    if type(index).__name__ == "ShardedSearcher" and hasattr(index, "shard_infos"):
+        return ShardedBackend(index, owns=False)
+    if isinstance(index, (str, Path)) and is_sharded(index):
+        return ShardedBackend.open(index)
+    return LocalBackend(HybridRetriever.load(index, warm=True))
