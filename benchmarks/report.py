@@ -197,6 +197,32 @@ def living_section(res: dict) -> str:
             "machine; ratios come from the same run.\n\n" + living_tables(res) + "\n")
 
 
+SPEED_FILES = (
+    ("query-path.json", "The query path, pre-encoded: today's code beside an older revision and the peers",
+     "python benchmarks/query_path.py --baseline REV --baseline-index DIR ..."),
+    ("bm25-speed.json", "BM25: posting store against tantivy's path and bm25s", "python benchmarks/bm25_speed.py"),
+    ("encode-speed.json", "CPU encoding: backends, memory, quality", "python benchmarks/encode_speed.py"),
+    ("ray-scale.json", "Ray: distributed build and sharded search on this machine", "python benchmarks/ray_scale.py"),
+)
+
+
+def generic_section(r: dict, title: str, cmd: str) -> str:
+    """Every list of flat records in a result file as a table (the script's own printout is the reference)."""
+    out = [f"## {title}\n", f"`{cmd}` (the JSON has every number; "
+           f"{r.get('machine', {}).get('cpus', '?')} CPUs).\n"]
+    for key, rows in r.items():
+        if isinstance(rows, list) and rows and all(isinstance(x, dict) for x in rows):
+            cols = list(dict.fromkeys(c for x in rows for c, v in x.items() if not isinstance(v, (dict, list))))
+            if cols:
+                out.append(f"**{key}**\n\n" + table(rows, cols[:12]) + "\n")
+        elif isinstance(rows, dict) and rows and all(isinstance(v, dict) for v in rows.values()):
+            flat = [{"": k, **{c: v for c, v in val.items() if not isinstance(v, (dict, list))}} for k, val in rows.items()]
+            cols = list(dict.fromkeys(c for x in flat for c in x))
+            if len(cols) > 1:
+                out.append(f"**{key}**\n\n" + table(flat, cols[:12]) + "\n")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -292,6 +318,10 @@ def main(argv: list[str] | None = None) -> int:
                      "around the default (alpha 0.5, 50 steps, lr 1e-3, T_dense 0.1, z-scored guide with T 1, depth 100; "
                      "guide = learned sparse + BM25); nDCG@10.\n")
         parts.append(table(rows, list(rows[0].keys())) + "\n")
+    for name, title, cmd in SPEED_FILES:
+        path = RESULTS / name
+        if path.is_file():
+            parts.append(generic_section(json.loads(path.read_text()), title, cmd))
     fusion = ROOT / "docs" / "fusion.md"
     if fusion.is_file():
         parts.append("## Fusion\n\nSee [fusion.md](fusion.md) (`python benchmarks/fusion.py`).\n")

@@ -37,6 +37,20 @@ def _add_encoder_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
 
 
+def _add_ray_args(p: argparse.ArgumentParser, *, build: bool) -> None:
+    g = p.add_argument_group("cluster (needs the ray extra: pip install 'hybridret[ray]'; see docs/cluster.md)")
+    if build:
+        g.add_argument("--ray", action="store_true", help="build a sharded index on Ray (encoding on an actor pool)")
+        g.add_argument("--shards", type=int, default=2, help="with --ray: number of shards (default: 2)")
+        g.add_argument("--ray-workers", type=int, default=None,
+                       help="with --ray: encoding actors (default: one per GPU, else one per free CPU)")
+    else:
+        g.add_argument("--ray", action="store_true",
+                       help="search a sharded index through Ray shard actors (implied by a sharded DIR)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="an existing Ray cluster (e.g. ray://head:10001 or auto; default: start a local one)")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hybridret", description="Hybrid dense + learned-sparse retrieval.")
     parser.add_argument("--version", action="version", version=f"hybridret {__version__}")
@@ -54,11 +68,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--faiss", default="Flat", metavar="FACTORY",
                    help="FAISS factory string (default: Flat = exact; e.g. HNSW32,Flat or IVF1024,PQ64)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
+    p.add_argument("--encoder-backend", choices=("torch", "torch-bf16", "torch-int8"), default="torch",
+                   help="faster CPU encoding: torch-bf16 (near-lossless, needs avx512_bf16/AMX) or torch-int8 "
+                        "(fastest, small quality cost); see benchmarks/encode_speed.py (default: torch)")
     p.add_argument("--chunk-size", type=int, default=1024, help="documents per indexing chunk (default: 1024)")
-    p.add_argument("--sparse-scheme", choices=("planes", "buckets"), default="planes",
-                   help="tantivy encoding of learned weights (default: planes); results are exact either way")
+    p.add_argument("--sparse-scheme", choices=("tfgrid", "planes", "buckets"), default="tfgrid",
+                   help="tantivy encoding of learned weights: tfgrid (default, format 2: weights on tantivy's tf "
+                        "curve, BM25 from a posting store) or the format-1 planes/buckets; results are exact either way")
     p.add_argument("--sparse-bits", type=int, default=6,
-                   help="bit planes (or, with --sparse-scheme buckets, buckets) per term (default: 6)")
+                   help="planes/buckets only: bit planes (or buckets) per term (default: 6)")
     p.add_argument("--sparse-max-weight", type=float, default=5.0,
                    help="learned weights are quantised on [0, this]; larger ones are clipped in tantivy but still "
                         "scored exactly (default: 5.0)")
@@ -72,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
                         "re-encodes only what is missing (default: encode-cache inside the output folder, "
                         "removed after a successful build)")
     p.add_argument("--no-encode-cache", action="store_true", help="do not cache encoded chunks (no resume)")
+    _add_ray_args(p, build=True)
     _add_encoder_args(p)
 
     p = sub.add_parser("search", help="search an index")
@@ -97,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--candidates", type=int, default=None, help="per-retriever depth of fused methods (default: 100)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", default=None)
+    _add_ray_args(p, build=False)
 
     p = sub.add_parser("serve", help="serve an index over HTTP (search page, JSON API, OpenAPI docs)",
                        description="Serve an index with FastAPI + uvicorn: POST /search, POST/DELETE /documents, "
@@ -116,6 +136,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="also pick up commits made by other processes every SECONDS (the server's own writes are "
                         "served at once)")
     p.add_argument("--device", default=None)
+    g = p.add_argument_group("cluster (needs the ray extra: pip install 'hybridret[ray]'; see docs/cluster.md)")
+    g.add_argument("--ray", action="store_true",
+                   help="serve a sharded index through Ray shard actors (implied by a sharded DIR: DIR/shards.json)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="an existing Ray cluster (e.g. ray://head:10001 or auto; default: start a local one)")
 
     p = sub.add_parser("add", help="add documents to an existing index (or replace them with --upsert)",
                        description="Encode and add the documents of a corpus file to an index, in one atomic "
@@ -144,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
                                    "re-encoded). Searches are as fast as after a fresh build, and BM25 statistics "
                                    "equal a fresh build's.")
     p.add_argument("index", metavar="DIR")
+    p.add_argument("--migrate", action="store_true",
+                   help="also rewrite segments of older formats (bit-plane learned sparse, BM25 in tantivy) in the "
+                        "current one, and write later segments in it (nothing is re-encoded)")
     p.add_argument("--json", action="store_true", help="print what was done as JSON")
 
     p = sub.add_parser("eval", help="evaluate a method on judged queries (nDCG@10, MRR@10, Recall@100)")
@@ -246,15 +274,21 @@ def _build_retriever(args: argparse.Namespace, **settings: Any) -> Any:
 
     if args.joint_model and (args.dense_model or args.sparse_model):
         raise HybridRetError("--joint-model cannot be combined with --dense-model/--sparse-model")
+    backend = getattr(args, "encoder_backend", "torch")  # only `index` has --encoder-backend
     if args.joint_model:
-        enc = JointEncoder(args.joint_model, max_length=args.max_length, device=args.device)
+        enc = JointEncoder(args.joint_model, max_length=args.max_length, device=args.device, backend=backend)
         return HybridRetriever(enc, device=args.device, **settings)
     return HybridRetriever.from_models(args.dense_model, args.sparse_model, device=args.device,
-                                       max_length=args.max_length, **settings)
+                                       max_length=args.max_length, backend=backend, **settings)
 
 
 def _cmd_index(args: argparse.Namespace) -> int:
     from .data import CorpusReader
+
+    if args.ray:
+        from .distributed.cli import index_ray
+
+        return index_ray(args)
 
     out = Path(args.output)
     _check_output(out, args.overwrite)
@@ -372,6 +406,14 @@ def _cmd_search(args: argparse.Namespace) -> int:
     from .filters import parse_filter
 
     filt = parse_filter(args.filter)  # a malformed filter fails before any model loads
+    if args.ray or (Path(args.index) / "shards.json").is_file():
+        from .distributed.cli import search_ray
+
+        if args.query and args.queries is not None:
+            raise HybridRetError("give a query or --queries FILE, not both")
+        if not args.query and args.queries is None:
+            raise HybridRetError("a sharded index is searched with a query or --queries FILE")
+        return search_ray(args, filt)
     if args.queries is not None:
         if args.query:
             raise HybridRetError("give a query or --queries FILE, not both")
@@ -508,10 +550,17 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(api_key=key, protect_reads=args.protect_reads, batching=not args.no_batching,
                          batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                          refresh_every=args.refresh_every)
-    if args.device:
+    from .serve.backends import ShardedBackend, is_sharded
+
+    if args.ray or is_sharded(args.index):
+        index: Any = ShardedBackend.open(args.index, address=args.ray_address, device=args.device)
+    elif args.ray_address:
+        raise HybridRetError(f"--ray-address is for a sharded index, and {args.index} has no shards.json "
+                             "(build one with: hybridret index CORPUS -o DIR --ray)")
+    elif args.device:
         from .retriever import HybridRetriever
 
-        index: Any = HybridRetriever.load(args.index, device=args.device, warm=True)
+        index = HybridRetriever.load(args.index, device=args.device, warm=True)
     else:
         index = args.index
     serve(index, host=args.host, port=args.port, config=config,
@@ -664,11 +713,26 @@ def _cmd_delete(args: argparse.Namespace) -> int:
 def _cmd_compact(args: argparse.Namespace) -> int:
     from .retriever import HybridRetriever
 
-    retriever = HybridRetriever.load(args.index)
+    quiet = logging.getLogger("hybridret.retriever")
+    level = quiet.level
+    if args.migrate:  # the load's "run compact --migrate" hint is what is being done
+        quiet.setLevel(logging.WARNING)
+    try:
+        retriever = HybridRetriever.load(args.index)
+    finally:
+        quiet.setLevel(level)
     before = len(retriever.searcher.snapshot.segments)
     with _NamingPath(Path(args.index), retriever):
-        result = retriever.compact()
-    _print_result(result, args, f"compacted {before} segments of")
+        result = retriever.compact(migrate=args.migrate)
+    if args.json:
+        print(json.dumps(result.to_dict()))
+    elif result.commit is None:
+        print(f"{args.index}: nothing to compact ({before} segment, no deleted documents"
+              + (", already in the current format)" if args.migrate else ")"))
+    else:
+        snap = retriever.searcher.snapshot
+        print(f"compacted {before} segments of {args.index} into {len(snap.segments)} ({snap.num_docs} documents) "
+              f"(commit {result.commit})")
     return 0
 
 

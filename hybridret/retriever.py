@@ -43,14 +43,16 @@ class HybridRetriever:
 
     Settings: ``faiss_factory`` (any FAISS factory string, default exact ``"Flat"``),
     ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_scheme`` / ``sparse_bits`` / ``sparse_max_weight``
-    (how learned weights become tantivy tokens: bit planes, or that many weight buckets; results stay
-    exact whatever they are, only speed changes), ``bm25`` (index the text for BM25),
+    (how learned weights become tantivy tokens: ``"tfgrid"``, the default, stores them as term
+    frequencies on tantivy's own BM25 curve, one clause per query term; the format-1 ``"planes"`` /
+    ``"buckets"`` use bit planes or weight buckets and take ``sparse_bits`` / ``sparse_max_weight``;
+    results stay exact whatever they are, only speed changes), ``bm25`` (index the text for BM25),
     ``store_text`` (keep texts for hit views) and ``max_segments`` (after an add or upsert, the
     smallest segments are merged while there are more; 0 = never merge automatically).
     """
 
     def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "Flat", faiss_metric: str = "ip",
-                 sparse_scheme: str = "planes", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
+                 sparse_scheme: str = "tfgrid", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
                  bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None) -> None:
         prepare_native_libraries()
         self.device = device
@@ -66,10 +68,14 @@ class HybridRetriever:
     # -- construction ---------------------------------------------------------------------------
     @classmethod
     def from_models(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
-                    device: str | None = None, max_length: int = 256, **settings: Any) -> HybridRetriever:
-        """A paired encoder from two model names (``None`` = packaged defaults), then an empty retriever."""
+                    device: str | None = None, max_length: int = 256, backend: str = "torch",
+                    **settings: Any) -> HybridRetriever:
+        """A paired encoder from two model names (``None`` = packaged defaults), then an empty retriever.
+        ``backend``: ``"torch"`` (float32 on the CPU), ``"torch-bf16"`` or ``"torch-int8"`` (faster CPU
+        encoding; see :data:`hybridret.encoders._hf.BACKENDS`)."""
         prepare_native_libraries()
-        encoder = PairedEncoder.from_names(dense_model, sparse_model, device=device, max_length=max_length)
+        encoder = PairedEncoder.from_names(dense_model, sparse_model, device=device, max_length=max_length,
+                                           backend=backend)
         return cls(encoder, device=device, **settings)
 
     @property
@@ -210,12 +216,14 @@ class HybridRetriever:
             self._after_write(w)
         return result
 
-    def compact(self, *, show_progress: bool | None = None) -> WriteResult:
-        """Merge all segments into one and drop deleted documents (nothing is re-encoded)."""
+    def compact(self, *, migrate: bool = False, show_progress: bool | None = None) -> WriteResult:
+        """Merge all segments into one and drop deleted documents (nothing is re-encoded).
+        ``migrate=True`` also rewrites segments of an older sparse format (bit planes, BM25 in
+        tantivy) in the current one (``sparse_scheme="tfgrid"``), which later writes then use too."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
         with self._writer(self._root) as w:
-            result = w.compact(reuse=self._reuse(), show_progress=show_progress)
+            result = w.compact(reuse=self._reuse(), show_progress=show_progress, migrate=migrate)
             self._after_write(w)
         return result
 
@@ -300,6 +308,10 @@ class HybridRetriever:
             self._slot = EncoderSlot(encoder_from_config(stored, device=device, verify=verify), None, device)
         self._root = Path(path)
         self._searcher = Searcher(self._root, encoder=self._slot, device=device, warm=warm)
+        old = sum(s.sparse is not None and s.sparse.learned is None for s in self._searcher.snapshot.segments)
+        if old:
+            logger.info("%s: %d segment(s) in sparse format 1 (bit planes, BM25 in tantivy): searches are exact but "
+                        "slower; `hybridret compact --migrate %s` rewrites them (nothing is re-encoded)", path, old, path)
         return self
 
     def info(self) -> dict[str, Any]:
