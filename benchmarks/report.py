@@ -213,6 +213,8 @@ def generic_section(r: dict, title: str, cmd: str) -> str:
     for key, rows in r.items():
         if isinstance(rows, list) and rows and all(isinstance(x, dict) for x in rows):
             cols = list(dict.fromkeys(c for x in rows for c, v in x.items() if not isinstance(v, (dict, list))))
+            if key == "table" and isinstance(r.get("columns"), list):  # the script's own column order
+                cols = [c for c in r["columns"] if c in cols]
             if cols:
                 out.append(f"**{key}**\n\n" + table(rows, cols[:12]) + "\n")
         elif isinstance(rows, dict) and rows and all(isinstance(v, dict) for v in rows.values()):
