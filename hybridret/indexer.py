@@ -448,11 +448,14 @@ class IndexWriter:
         index to the current sparse format (``sparse_scheme="tfgrid"``) and rewrites even a single
         segment that is in an older one."""
         snap = self.snapshot(reuse)
-        stale = False
+        stale = switched = False
         if migrate:
+            switched = self.settings["sparse_scheme"] != DEFAULT_SETTINGS["sparse_scheme"]
             self.settings["sparse_scheme"] = DEFAULT_SETTINGS["sparse_scheme"]
             stale = snap is not None and any(s.sparse is not None and s.sparse.learned is None for s in snap.segments)
         if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0 and not stale):
+            if switched and snap is not None:  # nothing to rewrite, but later segments use the current format
+                return WriteResult(commit=self._commit(list(self.manifest["segments"]), {}, self._shape(snap)))  # type: ignore[index]
             return WriteResult()
         return self._merge(snap, list(range(len(snap.segments))), show_progress=show_progress, what="compacted")
 

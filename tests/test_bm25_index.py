@@ -262,3 +262,40 @@ def test_real_collection_matches_tantivy(tmp_path):
     np.testing.assert_allclose(s_new, s_old, rtol=1e-5)
     assert (r_new == r_old).mean() > 0.95  # the rest: equal scores, which tantivy does not order by row
     np.testing.assert_allclose(ix.score_bm25(queries, r_old), tv.score_bm25(queries, r_old), rtol=1e-5)
+
+
+def test_store_caches_are_safe_under_threads(tmp_path, docs):
+    """Many threads, many tombstone sets: the statistics cache and the score buffers are shared."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = open_snapshot(build(tmp_path / "t", docs)).segments[0].sparse.bm25_store
+    rng = np.random.default_rng(3)
+    sets = [np.sort(rng.choice(store.num_docs, 20, replace=False)) for _ in range(40)]
+    want = [store.live_stats(d)[:2] for d in sets]
+    qs = store.own_queries([q.split() for q in QUERIES])
+
+    def work(i: int) -> bool:
+        ok = store.live_stats(sets[i % 40])[:2] == want[i % 40]
+        rows, _ = store.search(qs, store.total_len / store.num_docs, K)
+        return ok and rows.shape == (len(QUERIES), K)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(work, range(400)))
+
+
+def test_format_2_part_doc_freq_and_clear_error_without_bm25(tmp_path):
+    from hybridret.errors import ConfigError
+
+    b = SparseIndex.create(tmp_path / "with", 1)
+    b.add(sp.csr_matrix((3, 1), dtype=np.float32), ["red fox", "red hen", "blue sky"])
+    b.close()
+    ix = SparseIndex(tmp_path / "with")
+    assert ix.learned is not None and ix.doc_freq("red") == 2 and ix.doc_freq("absent") == 0
+    b = SparseIndex.create(tmp_path / "without", 1, bm25=False)
+    b.add(sp.csr_matrix((2, 1), dtype=np.float32))
+    b.close()
+    ix = SparseIndex(tmp_path / "without")
+    for call in (lambda: ix.score_bm25(["red"], np.array([[0]])), lambda: ix.search_bm25(["red"], 1),
+                 lambda: ix.doc_freq("red")):
+        with pytest.raises(ConfigError, match="without BM25"):
+            call()

@@ -222,6 +222,19 @@ def test_empty_segment_and_empty_rows(tmp_path):
     _assert_same(index.search(Q, 10), _brute(D, Q, 10))
 
 
+def test_fillers_shrink_to_fit_tantivys_document_limit_and_vanish_without_terms(tmp_path, monkeypatch):
+    import hybridret.index.learned as learned
+
+    monkeypatch.setattr(learned, "MAX_TANTIVY_DOCS", 1000)  # stands in for 2^31 - 2
+    D = _corpus(seed=16, n=120)
+    index = _build(tmp_path / "big", D)  # 141 fillers per document would need 17,040 documents
+    assert index.meta["fillers_per_doc"] == 1000 // 120 - 1 and index.meta["total_docs"] <= 1000
+    Q = _queries(17, 20, D)
+    _assert_same(index.search(Q, 10), _brute(D, Q, 10))  # coarser grid, same exact top-k
+    blank = _build(tmp_path / "blank", sp.csr_matrix((50, VOCAB), dtype=np.float32))  # e.g. a BM25-only index
+    assert blank.meta["filler_docs"] == 0 and blank.num_docs == 50
+
+
 def test_builder_rejects_bad_input(tmp_path):
     b = LearnedIndex.create(tmp_path / "a", VOCAB)
     with pytest.raises(ConfigError):

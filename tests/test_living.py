@@ -634,3 +634,8 @@ def test_sparse_format_1_index_searches_and_migrates_on_compact(paired_encoder, 
                                fresh.search(queries, k=K, method="bm25").scores, rtol=1e-5)
     new.add(sample_docs[200:210], encode_cache=cache)
     assert all(s.sparse.learned is not None for s in new.searcher.snapshot.segments)
+    del new
+    assert main(["compact", str(path), "--migrate"]) == 0  # merges the add; then nothing is left to do
+    capsys.readouterr()
+    assert main(["compact", str(path), "--migrate"]) == 0
+    assert "nothing to compact" in capsys.readouterr().out

@@ -203,7 +203,8 @@ class ShardedSearcher:
         return changed
 
     def available(self) -> dict[str, bool]:
-        return {name: all(i["available"][name] for i in self._infos) and
+        live = [i for i in self._infos if i.get("segments", 1) > 0] or self._infos  # an emptied shard has no parts
+        return {name: all(i["available"][name] for i in live) and
                 (REGISTRY[name].needs == "text" or self._encoder.has(REGISTRY[name].needs)) for name in RETRIEVERS}
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None
@@ -321,6 +322,8 @@ class ShardedSearcher:
         got = self._call("bm25_stats", [(c, q.texts) for c in commits], partial=partial)
         missing.update(self.names[s] for s, g in enumerate(got) if g is None)
         found = [g for g in got if g is not None]
+        if not found:
+            raise ShardUnavailableError(f"no shard of {self.root} answered", list(self.names))
         total = found[0]
         for g in found[1:]:
             total = total + g

@@ -242,8 +242,11 @@ class BM25Store:
             dead_df = np.where(self.df > 0, dead_df, 0)  # reduceat repeats a value for empty ranges
             hit = (self.num_docs - len(dead), self.total_len - int(self.lengths[dead].astype(np.int64).sum()),
                    np.append(self.df - dead_df, 0))
-            if len(self._live_cache) >= 4:
-                self._live_cache.pop(next(iter(self._live_cache)))
+            while len(self._live_cache) >= 4:  # threads may race here: evicting a key twice is harmless
+                try:
+                    self._live_cache.pop(next(iter(self._live_cache)), None)
+                except (StopIteration, RuntimeError):  # emptied, or resized by another thread meanwhile
+                    break
             self._live_cache[key] = hit
         return hit
 
@@ -330,10 +333,14 @@ class BM25Store:
         def block(a: int, b: int) -> None:
             # scratch (dense scores, touched rows) reused across calls: the kernel leaves it zeroed
             scratch = self._scratch
-            buf = scratch.pop() if scratch else (np.zeros(self.num_docs), np.empty(self.num_docs, np.int64))
+            try:  # list.pop is atomic; another thread may take the last buffer between a check and a pop
+                buf = scratch.pop()
+            except IndexError:
+                buf = (np.zeros(self.num_docs), np.empty(self.num_docs, np.int64))
             kern(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], self.indptr, self.docs,
                  fac, buf[0], buf[1], mask, k, rows[a:b], scores[a:b])
-            scratch.append(buf)  # not on an exception: a half-used buffer is dropped
+            if len(scratch) < _SCRATCH_KEEP:  # not on an exception: a half-used buffer is dropped
+                scratch.append(buf)
 
         if workers == 1:
             block(0, nq)
@@ -373,6 +380,9 @@ def _numpy_topk(st: BM25Store, terms: np.ndarray, weights: np.ndarray, fac: np.n
 
 
 _KERNEL: dict[str, Any] = {}
+
+
+_SCRATCH_KEEP = 4  # score buffers kept per segment for reuse (8 + 8 bytes per document each)
 
 
 def _numba(name: str) -> Any:

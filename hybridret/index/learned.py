@@ -55,6 +55,7 @@ INVERTED_MAX = 8192  # segments up to this many documents keep an in-memory inve
 _REL_TOL = 1e-5  # float32 arithmetic in tantivy's scores
 _ABS_TOL = 1e-6
 _CHUNK = 2048  # documents per block while writing tantivy
+MAX_TANTIVY_DOCS = 2**31 - 2  # tantivy doc ids stay below 2^31 - 1 (its terminator)
 
 
 def fieldnorm_table() -> np.ndarray:
@@ -185,10 +186,17 @@ class LearnedIndexBuilder:
         indptr = load_npy(self.root / "forward.indptr.npy", mmap=False)
         indices = load_npy(self.root / "forward.indices.npy")
         data = load_npy(self.root / "forward.data.npy")
-        if self.rows * (1 + self.r) >= 2**31 - 1:  # tantivy doc ids must stay below 2^31 - 1 (its end marker)
-            raise ConfigError(f"{self.rows} documents with fillers_per_doc={self.r} need {self.rows * (1 + self.r)} tantivy "
-                              f"documents (limit 2^31); use fillers_per_doc <= {2**31 // max(1, self.rows) - 2} "
-                              "or smaller segments")
+        if self.nnz == 0:  # no learned terms (a BM25-only index): nothing to shape a curve for
+            self.r = 0
+        # tantivy doc ids must stay below 2^31 - 1 (its end marker): big segments get fewer fillers
+        # (a smaller K, a coarser grid: still exact, the proof may fetch deeper)
+        fit = MAX_TANTIVY_DOCS // max(1, self.rows) - 1
+        if fit < 0:
+            raise ConfigError(f"a segment of {self.rows} documents exceeds tantivy's 2^31 documents; write smaller segments")
+        if self.r > fit:
+            logger.info("segment of %d documents: %d filler documents per document instead of %d (tantivy's 2^31 "
+                        "document limit)", self.rows, fit, self.r)
+            self.r = fit
         W = float(self.max_weight) if self.max_weight is not None else (self.seen_max or 1.0)
         lay, grid = self._plan(indptr, data, W)
         slack = np.zeros(self.vocab_size, dtype=np.float32)

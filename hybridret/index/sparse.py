@@ -482,6 +482,10 @@ class SparseIndex:
         return list(self.analyzer.analyze(text))
 
     def doc_freq(self, token: str) -> int:
+        """Documents of this segment (tombstones included) whose text has ``token``."""
+        self._bm25_check()
+        if self.bm25_store is not None:
+            return int(self.bm25_store.stats([token])[2].get(token, 0))
         return int(self.searcher.doc_freq("text", token))
 
     def _bm25_query(self, tokens: Sequence[str], boosts: dict[str, float] | None = None) -> Any:
@@ -557,6 +561,7 @@ class SparseIndex:
         ``boosts`` as in :meth:`search_bm25`."""
         import tantivy
 
+        self._bm25_check()
         Query, Occur = tantivy.Query, tantivy.Occur
         rows = np.asarray(rows, dtype=np.int64)
         if self.bm25_store is not None:
