@@ -27,7 +27,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,18 +41,10 @@ MIN_SECONDS = float(os.environ.get("HYBRIDRET_BENCH_SECONDS", "1.0"))
 
 
 def _rate(fn: Any, n: int, rounds: int = 3) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(rounds):
-        reps, start = 0, time.perf_counter()
-        while True:
-            fn()
-            reps += 1
-            took = time.perf_counter() - start
-            if took >= MIN_SECONDS:
-                break
-        best = min(best, took / reps)
-    return n / best
+    """Items per second: best of ``rounds`` timed rounds of at least ``MIN_SECONDS`` each (peers.rate)."""
+    from peers import rate
+
+    return rate(fn, n, min_seconds=MIN_SECONDS, rounds=rounds)
 
 
 def _collection(index: Path) -> Path | None:

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _text_only import TextOnly
 
 from hybridret import IndexWriter
-from hybridret.encoders.base import EncodedBatch, Encoder
 from hybridret.index.bm25 import FIELDNORMS, fieldnorm_to_id, id_to_fieldnorm
 from hybridret.index.segment import SEGMENT_FILE
 from hybridret.index.snapshot import open_snapshot
@@ -29,19 +29,6 @@ WORDS = ("cat dog dogs running runs ran quick brown fox jumps over lazy river ba
 QUERIES = ["cat dog", "running fox river", "banks money money", "café über 東京", "naïve été quick brown fox jumps",
            "dog", "straße", "unknownword cat", "the of and", "", "Dogs RUNNING!"]
 K = 15
-
-
-class TextOnly(Encoder):
-    """An encoder with neither head: the index then holds only texts and BM25."""
-
-    def encode_queries(self, texts, *, batch_size=None, show_progress=None):
-        return EncodedBatch()
-
-    def encode_documents(self, texts, *, batch_size=None, show_progress=None):
-        return EncodedBatch()
-
-    def config(self):
-        return {"type": "text-only"}
 
 
 def synthetic(n: int, seed: int = 0) -> list[dict]:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _text_only import TextOnly
 
 from hybridret import IndexWriter
-from hybridret.encoders.base import EncodedBatch, Encoder
 from hybridret.errors import ConfigError
 from hybridret.index.bm25 import K1, B, fieldnorm_to_id, id_to_fieldnorm
 from hybridret.index.segment import SEGMENT_FILE
@@ -28,17 +28,6 @@ WORDS = ("cat dog dogs running runs ran quick brown fox jumps over lazy river ba
          "tree forest leaf green water lake boat sail wind storm the a of and").split()
 QUERIES = ["cat dog", "running fox river", "banks money money", "boat sail", "green forest tree leaf", "unknownword cat",
            "the of and", ""]
-
-
-class TextOnly(Encoder):
-    def encode_queries(self, texts, *, batch_size=None, show_progress=None):
-        return EncodedBatch()
-
-    def encode_documents(self, texts, *, batch_size=None, show_progress=None):
-        return EncodedBatch()
-
-    def config(self):
-        return {"type": "text-only"}
 
 
 def synthetic(n: int, seed: int = 0) -> list[dict]:
