@@ -96,6 +96,23 @@ def check_k(k: Any, name: str = "k") -> int:
     return int(k)
 
 
+def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> QueryBatch:
+    """``texts`` encoded with only the heads in ``needs`` (``"dense"``, ``"sparse"``); the encoder
+    is built on first use. A paired encoder runs only the models asked for."""
+    q = QueryBatch(texts)
+    if not needs & {"dense", "sparse"} or not texts:
+        return q
+    enc = slot.get()
+    if isinstance(enc, PairedEncoder):
+        q.dense = enc.dense.encode_queries(texts).dense if "dense" in needs else None
+        q.sparse = enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None
+        return q
+    batch = enc.encode_queries(texts)
+    q.dense = batch.dense if "dense" in needs else None
+    q.sparse = batch.sparse if "sparse" in needs else None
+    return q
+
+
 class HitSource:
     """What per-hit views read: the snapshot the search ran on and the encoder's vocabulary."""
 
@@ -270,18 +287,7 @@ class Searcher:
 
     # -- search ---------------------------------------------------------------------------------
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
-        q = QueryBatch(texts)
-        if not needs & {"dense", "sparse"} or not texts:
-            return q
-        enc = self._encoder.get()
-        if isinstance(enc, PairedEncoder):
-            q.dense = enc.dense.encode_queries(texts).dense if "dense" in needs else None
-            q.sparse = enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None
-            return q
-        batch = enc.encode_queries(texts)
-        q.dense = batch.dense if "dense" in needs else None
-        q.sparse = batch.sparse if "sparse" in needs else None
-        return q
+        return encode_query_batch(self._encoder, texts, needs)
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         """The stored documents of ``ids`` (``{"id", "title", "text", "metadata"}``), ``None`` for

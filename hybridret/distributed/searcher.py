@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..encoders import Encoder, PairedEncoder, compare_configs
+from ..encoders import Encoder, compare_configs
 from ..errors import ConfigError, DocumentNotFoundError, IndexExistsError, IndexFormatError
 from ..filters import Filter, parse_filter
 from ..hybrid import FUSION_CHUNK, Candidates, FusionConfig, fuse
 from ..retrievers import REGISTRY, RETRIEVERS, QueryBatch
-from ..searcher import METHODS, EncoderSlot, Searcher, check_k, check_queries
+from ..searcher import METHODS, EncoderSlot, Searcher, check_k, check_queries, encode_query_batch
 from ..types import Hit, Hits, MatchedTerm
 from .layout import ShardLayout, read_layout, split_by_shard
 from .merge import SHARD_SHIFT, global_union, key_of, lookup, merge_lists, split_key
@@ -214,18 +214,7 @@ class ShardedSearcher:
         return Searcher.fusion_config(view, method, fusion, view)  # type: ignore[arg-type]
 
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
-        q = QueryBatch(texts)
-        if not needs & {"dense", "sparse"} or not texts:
-            return q
-        enc = self._encoder.get()
-        if isinstance(enc, PairedEncoder):
-            q.dense = enc.dense.encode_queries(texts).dense if "dense" in needs else None
-            q.sparse = enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None
-            return q
-        batch = enc.encode_queries(texts)
-        q.dense = batch.dense if "dense" in needs else None
-        q.sparse = batch.sparse if "sparse" in needs else None
-        return q
+        return encode_query_batch(self._encoder, texts, needs)
 
     def close(self) -> None:
         """Stop the shard actors this searcher started."""

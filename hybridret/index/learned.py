@@ -561,20 +561,28 @@ class LearnedIndex:
                           ) -> tuple[np.ndarray, np.ndarray]:
         """The same exact top-k as :meth:`search` (score > 0, ties by row), by scoring every
         document with one sparse product for the batch: the fast path for small segments."""
-        if k < 1:
-            raise ConfigError(f"k must be positive, got {k}")
-        q = _prepare(queries, self.vocab_size)
-        if self.inverted is not None:
-            scores = np.asarray((q @ self.inverted).todense(), dtype=np.float32)  # (nq, n)
-        else:
-            scores = np.ascontiguousarray(np.asarray((self.forward @ q.T).todense(), dtype=np.float32).T)
-        if allowed is not None:
-            scores[:, ~np.asarray(allowed, dtype=bool)] = 0.0
-        rows = np.full((scores.shape[0], k), -1, dtype=np.int64)
-        out = np.full((scores.shape[0], k), -np.inf, dtype=np.float32)
-        for i in range(scores.shape[0]):
-            rows[i], out[i] = _top(scores[i], k)
-        return rows, out
+        return exhaustive_topk(self.forward, self.inverted, queries, k, allowed)
+
+
+def exhaustive_topk(forward: sp.csr_matrix, inverted: sp.csr_matrix | None, queries: sp.csr_matrix, k: int,
+                    allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k of every document's dot product (score > 0, ties by row, ``-1`` / ``-inf``
+    padding), with one sparse product for the batch: through ``inverted`` (term -> postings, touches
+    only the query terms' postings) when given, else through the forward rows."""
+    if k < 1:
+        raise ConfigError(f"k must be positive, got {k}")
+    q = _prepare(queries, forward.shape[1])
+    if inverted is not None:
+        scores = np.asarray((q @ inverted).todense(), dtype=np.float32)  # (nq, n)
+    else:
+        scores = np.ascontiguousarray(np.asarray((forward @ q.T).todense(), dtype=np.float32).T)
+    if allowed is not None:
+        scores[:, ~np.asarray(allowed, dtype=bool)] = 0.0
+    rows = np.full((scores.shape[0], k), -1, dtype=np.int64)
+    out = np.full((scores.shape[0], k), -np.inf, dtype=np.float32)
+    for i in range(scores.shape[0]):
+        rows[i], out[i] = _top(scores[i], k)
+    return rows, out
 
 
 def _prepare(queries: sp.csr_matrix, vocab_size: int) -> sp.csr_matrix:

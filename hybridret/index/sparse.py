@@ -35,7 +35,7 @@ from ._tantivy import BM25_TOKENIZER, SparseSearchStats, run_queries
 from ._tantivy import bm25_analyzer as _bm25_analyzer
 from ._tantivy import open_tantivy as _open_tantivy
 from .bm25 import BM25Store, BM25StoreBuilder
-from .learned import LearnedIndex
+from .learned import LearnedIndex, exhaustive_topk
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["SparseIndex", "SparseIndexBuilder", "SparseSearchStats"]
@@ -449,32 +449,7 @@ class SparseIndex:
         document with one sparse product for the batch: the fast path for small indexes."""
         if self.learned is not None:
             return self.learned.search_exhaustive(queries, k, allowed=allowed)
-        if k < 1:
-            raise ConfigError(f"k must be positive, got {k}")
-        q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
-        q.sum_duplicates()
-        if self.inverted is not None:  # term -> postings: touches only the query terms' postings
-            scores = np.asarray((q @ self.inverted).todense(), dtype=np.float32)  # (nq, n)
-        else:
-            scores = np.ascontiguousarray(np.asarray((self.forward @ q.T).todense(), dtype=np.float32).T)
-        if allowed is not None:
-            scores[:, ~np.asarray(allowed, dtype=bool)] = 0.0
-        n = scores.shape[1]
-        kk = min(k, n)
-        rows = np.full((scores.shape[0], k), -1, dtype=np.int64)
-        out = np.full((scores.shape[0], k), -np.inf, dtype=np.float32)
-        if kk == 0:
-            return rows, out
-        for i in range(scores.shape[0]):
-            s = scores[i]
-            cand = np.argpartition(-s, kk - 1)[:kk] if kk < n else np.arange(n)
-            edge = s[cand].min()
-            cand = np.flatnonzero(s >= edge)  # every row tied at the edge competes: ties by row
-            order = cand[np.lexsort((cand, -s[cand]))][:k]
-            order = order[s[order] > 0]
-            rows[i, : len(order)] = order
-            out[i, : len(order)] = s[order]
-        return rows, out
+        return exhaustive_topk(self.forward, self.inverted, queries, k, allowed)
 
     # -- BM25 ---------------------------------------------------------------------------------
     def bm25_tokens(self, text: str) -> list[str]:
