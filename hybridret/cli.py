@@ -425,15 +425,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
             raise HybridRetError("no query given: pass a query, --queries FILE (one per line or JSONL; - reads "
                                  "standard input), or run on a terminal for an interactive prompt")
         return _search_prompt(args, filt)
-    retriever = HybridRetriever.load(args.index, device=args.device)
+    _search_one_query(HybridRetriever.load(args.index, device=args.device), args, filt)
+    return 0
+
+
+def _search_one_query(searcher: Any, args: argparse.Namespace, filt: Any) -> None:
+    """Search the command line's query with any searcher and print the hits (or JSON)."""
     query = " ".join(args.query)
-    hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
+    hits = searcher.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
     if args.json:
         print(json.dumps({"query": query, "method": args.method, "resolved": hits.method,
                           "hits": [h.to_dict() for h in hits[0]]}, ensure_ascii=False, indent=2))
     else:
         _print_hits(hits, 0)
-    return 0
 
 
 def _read_batch_queries(path: str) -> list[tuple[str, str]]:

@@ -96,6 +96,18 @@ def check_k(k: Any, name: str = "k") -> int:
     return int(k)
 
 
+def check_search(queries: Any, k: Any, method: str, candidates: Any, filter: Any
+                 ) -> tuple[list[str], int, int | None, Filter | None]:
+    """The validated arguments of a search: query texts, ``k``, ``candidates`` and the parsed filter."""
+    texts = check_queries(queries)
+    k = check_k(k)
+    if method not in METHODS:
+        raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    if candidates is not None:
+        candidates = check_k(candidates, "candidates")
+    return texts, k, candidates, parse_filter(filter)
+
+
 def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> QueryBatch:
     """``texts`` encoded with only the heads in ``needs`` (``"dense"``, ``"sparse"``); the encoder
     is built on first use. A paired encoder runs only the models asked for."""
@@ -322,13 +334,7 @@ class Searcher:
         documents their graph or lists reach, see docs/filters.md). ``candidates``
         overrides the per-retriever depth of fused methods. Blank queries get no hits. Returns
         :class:`Hits` of shape ``(len(queries), k)``."""
-        texts = check_queries(queries)
-        k = check_k(k)
-        if method not in METHODS:
-            raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-        if candidates is not None:
-            candidates = check_k(candidates, "candidates")
-        filt = parse_filter(filter)
+        texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
         snap = self._snap  # one snapshot for the whole call
         src = HitSource(snap, self._encoder)
         cfg = None

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _text_only import TextOnly
+from _text_only import TextOnly, build
 
 from hybridret import IndexWriter
 from hybridret.index.bm25 import FIELDNORMS, fieldnorm_to_id, id_to_fieldnorm
@@ -38,17 +38,6 @@ def synthetic(n: int, seed: int = 0) -> list[dict]:
         length = rng.randint(0, 30) if i % 9 else rng.randint(40, 300)  # long ones hit the fieldnorm buckets
         docs.append({"id": f"d{i:04d}", "text": " ".join(rng.choice(WORDS) for _ in range(length)) or "zzz"})
     return docs
-
-
-def build(path: Path, docs: list[dict], parts: int = 1, delete: list[str] = (), scheme: str = "tfgrid") -> Path:
-    cuts = np.linspace(0, len(docs), parts + 1).astype(int)
-    for j in range(parts):
-        with IndexWriter(path, encoder=TextOnly(), settings={"max_segments": 0, "sparse_scheme": scheme}) as w:
-            w.write(docs[cuts[j]:cuts[j + 1]], mode="build" if j == 0 else "add")
-    if delete:
-        with IndexWriter(path, encoder=TextOnly()) as w:
-            w.delete(list(delete))
-    return path
 
 
 def ranked(path: Path, queries: list[str], k: int = K, stats: BM25Stats | None = None) -> list[list[tuple[str, float]]]:

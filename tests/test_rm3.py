@@ -9,13 +9,11 @@ import math
 import random
 import shutil
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
-from _text_only import TextOnly
+from _text_only import build
 
-from hybridret import IndexWriter
 from hybridret.errors import ConfigError
 from hybridret.index.bm25 import K1, B, fieldnorm_to_id, id_to_fieldnorm
 from hybridret.index.segment import SEGMENT_FILE
@@ -34,17 +32,6 @@ def synthetic(n: int, seed: int = 0) -> list[dict]:
     rng = random.Random(seed)
     return [{"id": f"d{i:04d}", "title": rng.choice(WORDS) if i % 3 == 0 else "",
              "text": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 40 if i % 7 else 120)))} for i in range(n)]
-
-
-def build(path: Path, docs: list[dict], parts: int = 1, delete: tuple[str, ...] = (), scheme: str = "tfgrid") -> Path:
-    cuts = np.linspace(0, len(docs), parts + 1).astype(int)
-    for j in range(parts):
-        with IndexWriter(path, encoder=TextOnly(), settings={"max_segments": 0, "sparse_scheme": scheme}) as w:
-            w.write(docs[cuts[j]:cuts[j + 1]], mode="build" if j == 0 else "add")
-    if delete:
-        with IndexWriter(path, encoder=TextOnly()) as w:
-            w.delete(list(delete))
-    return path
 
 
 def full_text(d: dict) -> str:

@@ -49,20 +49,14 @@ def index_ray(args: argparse.Namespace) -> int:
 
 def search_ray(args: argparse.Namespace, filt: object) -> int:
     """``hybridret search DIR QUERY`` / ``--queries FILE`` over a sharded index."""
-    from ..cli import _print_hits, _read_batch_queries
+    from ..cli import _read_batch_queries, _search_one_query
     from .searcher import ShardedSearcher
 
     _init(args.ray_address)
     searcher = ShardedSearcher.open(args.index, device=args.device)
     try:
         if args.queries is None:
-            query = " ".join(args.query)
-            hits = searcher.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
-            if args.json:
-                print(json.dumps({"query": query, "method": args.method, "resolved": hits.method,
-                                  "hits": [h.to_dict() for h in hits[0]]}, ensure_ascii=False, indent=2))
-            else:
-                _print_hits(hits, 0)
+            _search_one_query(searcher, args, filt)
             return 0
         if args.trec:
             raise HybridRetError("--trec is not available with a sharded index yet; use JSON lines (--output)")

@@ -27,10 +27,10 @@ import scipy.sparse as sp
 
 from ..encoders import Encoder, compare_configs
 from ..errors import ConfigError, DocumentNotFoundError, IndexExistsError, IndexFormatError
-from ..filters import Filter, parse_filter
+from ..filters import Filter
 from ..hybrid import FUSION_CHUNK, Candidates, FusionConfig, fuse
 from ..retrievers import REGISTRY, RETRIEVERS, QueryBatch
-from ..searcher import METHODS, EncoderSlot, Searcher, check_k, check_queries, encode_query_batch
+from ..searcher import EncoderSlot, Searcher, check_search, encode_query_batch
 from ..types import Hit, Hits, MatchedTerm
 from .layout import ShardLayout, read_layout, split_by_shard
 from .merge import SHARD_SHIFT, global_union, key_of, lookup, merge_lists, split_key
@@ -235,13 +235,7 @@ class ShardedSearcher:
         """As :meth:`hybridret.searcher.Searcher.search`, over every shard. A shard that cannot
         answer raises :class:`ShardUnavailableError` naming it; with ``partial=True`` the others'
         results are returned and ``hits.missing_shards`` names the missing ones (always set)."""
-        texts = check_queries(queries)
-        k = check_k(k)
-        if method not in METHODS:
-            raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
-        if candidates is not None:
-            candidates = check_k(candidates, "candidates")
-        filt = parse_filter(filter)
+        texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
         try:
             return self._search(texts, k, method, filt, fusion, candidates, partial)
         except ShardStaleError:  # a shard restarted on a newer commit: pin the current set, once
