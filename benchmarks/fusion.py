@@ -2,8 +2,10 @@
 sparse + BM25 guide weights) and the new default ``hybrid`` (GQR with agreement-weighted guides), on
 every BEIR-format collection given; the "never below the best single retriever" rule per collection;
 paired significance against today's default; the choice of default by leave-one-collection-out
-cross-validation; the cost per query. bm25+rm3 (``retrievers/rm3.py``, not registered) is measured
-alone, as a GQR guide, and in RRF / linear fusion; indexes whose segments predate the BM25 store get
+cross-validation; the headroom (upper bounds chosen on the test queries, and a combiner learned
+leave-one-collection-out: ``_learned_fusion.py``); the cost per query. bm25+rm3
+(``retrievers/rm3.py``, not registered) is measured alone, as a GQR guide, and in RRF / linear
+fusion; indexes whose segments predate the BM25 store get
 one built from their stored texts into indexes/bench-<name>.bm25-store (attached in memory).
 
     python benchmarks/fusion.py [DATA_DIR ...]     (default: every folder in ../shared/data)
@@ -29,13 +31,14 @@ import numpy as np
 import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _learned_fusion as LF  # noqa: E402
 from _common import RESULTS, ROOT, SHARED, encode_queries, machine, table, write_json  # noqa: E402
 from scipy.stats import ttest_rel  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import per_query, run_from_rows  # noqa: E402
 from hybridret.fusion import candidate_union, linear_fusion, normalise, rrf_fusion  # noqa: E402
-from hybridret.hybrid import Candidates, FusionConfig, fuse, fused_search, gather_candidates, select  # noqa: E402
+from hybridret.hybrid import Candidates, FusionConfig, fuse, fused_search, gather_candidates, guide_weights, select  # noqa: E402
 from hybridret.index.bm25 import BM25Store, BM25StoreBuilder  # noqa: E402
 from hybridret.qpp import agreement, agreement_weights, top_mask  # noqa: E402
 from hybridret.refine import GQRConfig, adaptive_guide, gqr_refine, gqr_scores, masked_softmax  # noqa: E402
@@ -212,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     costs: dict[str, dict[str, float]] = {}
     rm3_cost: dict[str, dict[str, float]] = {}
     depth_rows = []
+    grid: dict[tuple[int, ...], dict[str, dict[str, np.ndarray]]] = {}  # linear weights -> collection -> metric
+    learn: dict[str, tuple] = {}  # collection -> (candidate features, query features, grades, valid, rows, scorer)
     for folder in folders:
         r = build(folder)
         queries, qrels = load_queries(folder / "queries.jsonl"), load_qrels(folder / "qrels" / "test.tsv")
@@ -222,9 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         snap = r.searcher.snapshot
         c = gather_candidates(R3, 100, snap, q, vectors=True)
 
-        def score(rows: np.ndarray) -> dict[str, np.ndarray]:
-            pq = per_query(run_from_rows(rows, r.docs.ids, qids), qrels, METRICS, relevance_level=level)
-            return {m: np.array([pq[m][x] for x in qids]) for m in METRICS}
+        score = scorer(r.docs.ids, qids, qrels, level)
 
         for name in R3:
             perq.setdefault(name, {})[folder.name] = score(single_rows(c, name))
@@ -244,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
             depth_rows.append({"collection": folder.name, "depth": depth, "union": float(cd.valid.sum(1).mean()),
                                **{lab: float(score(fuse(cfg, cd, 100, None, q)[0])["ndcg@10"].mean())
                                   for lab, cfg in (("today nDCG@10", TODAY), ("new nDCG@10", NEW))}})
+        # headroom: a linear weight grid, and the features of the learned combiner (trained below, LOCO)
+        z = LF.signals(c, gqr_scores(GQRConfig(), guide_weights(NEW, c), c.exact, c.valid, q.dense, c.vectors)[1], R3)
+        for w, fused in LF.linear_grid(z, c.valid).items():
+            grid.setdefault(w, {})[folder.name] = score(select(c.rows, fused, {}, 100)[0])
+        learn[folder.name] = (*LF.features(c, z, R3), LF.grades_of(c.rows, r.docs.ids, qids, qrels), c.valid, c.rows, score)
         costs[folder.name] = _costs(r, c, q, folder.name) if not args.no_costs else {}
         print(f"{folder.name}: done ({len(qids)} queries)", flush=True)
 
@@ -318,13 +326,75 @@ def main(argv: list[str] | None = None) -> int:
     cost_rows = [{"collection": n, **c} for n, c in costs.items()]
     cost_md = table(cost_rows, list(cost_rows[0]))
     print("\nCost (ms per query, pre-encoded queries)\n" + cost_md)
+    head_rows, learned = _headroom(names, perq, grid, learn)
+    head_md = table(head_rows, list(head_rows[0]))
+    print("\nHeadroom: upper bounds (chosen on the test queries) and held-out (LOCO) numbers, nDCG@10 / MRR@10\n" + head_md)
     write_json(RESULTS / "fusion.json", {
+        "headroom": head_rows, "learned_combiner_weights": learned,
         "machine": machine(), "metrics": mean, "best_single": best_single, "loco": loco, "loco_with_rm3": loco_rm3,
         "significance": sig_rows, "depth": depth_rows, "costs": costs, "rm3_costs": rm3_cost,
         "best_single_with_rm3": best_single4,
         "ndcg_recall": {m: {n: {k: mean[m][n][k] for k in ("ndcg@10", "recall@100")} for n in names} for m in methods}})
-    _write_doc(tables, sig_md, depth_md, cost_md, rm3_md, rm3_cost_md)
+    _write_doc(tables, sig_md, depth_md, cost_md, rm3_md, rm3_cost_md, head_md)
     return 0
+
+
+def scorer(ids: list[str], qids: list[str], qrels: dict[str, dict[str, int]], level: int
+           ) -> Callable[[np.ndarray], dict[str, np.ndarray]]:
+    """Per-query metrics of a ``(nq, 100)`` row array, for one collection."""
+    def score(rows: np.ndarray) -> dict[str, np.ndarray]:
+        pq = per_query(run_from_rows(rows, ids, qids), qrels, METRICS, relevance_level=level)
+        return {m: np.array([pq[m][x] for x in qids]) for m in METRICS}
+    return score
+
+
+HEAD_METHODS = (TODAY_LABEL, NEW_LABEL)
+L2S = (0.01, 0.1, 1.0)
+
+
+def _headroom(names: list[str], perq: dict[str, dict[str, dict[str, np.ndarray]]],
+              grid: dict[tuple[int, ...], dict[str, dict[str, np.ndarray]]], learn: dict[str, tuple]
+              ) -> tuple[list[dict[str, object]], dict[str, list[list[float]]]]:
+    """How far above the default any fusion of these scores could go, and how much of it a
+    combiner learned on the other collections gets (see benchmarks/_learned_fusion.py)."""
+    def m(pq: dict[str, np.ndarray], k: str) -> float:
+        return float(pq[k].mean())
+
+    fusions = [x for x in perq if x not in (*R3, RM3.name) and not x.startswith("LOCO")]
+    rows_by: dict[str, dict[str, tuple[float, float]]] = {}
+    for label in HEAD_METHODS:
+        rows_by[label] = {n: (m(perq[label][n], "ndcg@10"), m(perq[label][n], "mrr@10")) for n in names}
+    best_w = {n: max(grid, key=lambda w: m(grid[w][n], "ndcg@10")) for n in names}
+    rows_by["best linear weights per collection (upper bound)"] = {
+        n: (m(grid[best_w[n]][n], "ndcg@10"), m(grid[best_w[n]][n], "mrr@10")) for n in names}
+    loco_w = {n: max(grid, key=lambda w: np.mean([m(grid[w][x], "ndcg@10") for x in names if x != n])) for n in names}
+    rows_by["linear weights chosen LOCO (held-out)"] = {
+        n: (m(grid[loco_w[n]][n], "ndcg@10"), m(grid[loco_w[n]][n], "mrr@10")) for n in names}
+    best_f = {n: max(fusions, key=lambda f: m(perq[f][n], "ndcg@10")) for n in names}
+    rows_by["best fusion candidate per collection (upper bound)"] = {
+        n: (m(perq[best_f[n]][n], "ndcg@10"), m(perq[best_f[n]][n], "mrr@10")) for n in names}
+    pool = (*R3, NEW_LABEL)
+    rows_by["per-query oracle: dense, sparse, BM25 or new default (upper bound)"] = {
+        n: tuple(float(np.max(np.stack([perq[p][n][k] for p in pool]), 0).mean()) for k in ("ndcg@10", "mrr@10"))
+        for n in names}  # type: ignore[misc]
+    learned: dict[str, list[list[float]]] = {}
+    for l2 in L2S:
+        label = f"learned combiner, l2 {l2} (LOCO, held-out)"
+        res = {}
+        for n in names:
+            W = LF.train_combiner([learn[x][:4] for x in names if x != n], l2)
+            cand, query, _, valid, rows, score = learn[n]
+            pq = score(select(rows, LF.combine(W, cand, query, valid), {}, 100)[0])
+            res[n] = (m(pq, "ndcg@10"), m(pq, "mrr@10"))
+        rows_by[label] = res
+        learned[f"l2 {l2}, all collections"] = LF.train_combiner([learn[x][:4] for x in names], l2).round(4).tolist()
+    base = np.mean([rows_by[TODAY_LABEL][n][0] for n in names])
+    out: list[dict[str, object]] = []
+    for label, vals in rows_by.items():
+        avg = float(np.mean([vals[n][0] for n in names]))
+        out.append({"method": label, **{n: f"{vals[n][0]:.3f} / {vals[n][1]:.3f}" for n in names},
+                    "avg nDCG@10": avg, "vs today": f"{avg - base:+.4f}"})
+    return out, learned
 
 
 def _einsum_refine(q0: np.ndarray, D: np.ndarray, valid: np.ndarray, guide: np.ndarray, cfg: GQRConfig) -> np.ndarray:
@@ -405,7 +475,8 @@ def _t(fn: Callable[[], object]) -> float:
 MARK = "<!-- generated by benchmarks/fusion.py: everything below this line is rewritten -->"
 
 
-def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str, rm3_md: str, rm3_cost_md: str) -> None:
+def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str, rm3_md: str, rm3_cost_md: str,
+               head_md: str) -> None:
     """Rewrite the measured part of docs/fusion.md (below :data:`MARK`); the text above stays."""
     doc = ROOT / "docs" / "fusion.md"
     old = doc.read_text() if doc.is_file() else "# Fusion\n\n"
@@ -423,6 +494,10 @@ def _write_doc(tables: dict[str, str], sig_md: str, depth_md: str, cost_md: str,
         "\n\n### bm25+rm3 variants vs the new default (delta nDCG@10, paired randomisation p)\n\n" + rm3_md +
         "\n\n### bm25+rm3 cost (ms per query, this machine)\n\n" + rm3_cost_md +
         "\n\n### Candidate depth per retriever (nDCG@10)\n\n" + depth_md +
+        "\n\n### Headroom: upper bounds and a learned combiner (nDCG@10 / MRR@10)\n\n"
+        "Rows marked upper bound choose on the collection's own test queries; LOCO rows choose or train on the other "
+        "collections only. Linear weights: z-score fusion of dense, sparse, BM25 and the new default's refined dense "
+        "score, each weight in {0, 1, 2}. Learned combiner: benchmarks/_learned_fusion.py.\n\n" + head_md +
         "\n\n### Cost (ms per query, pre-encoded queries, this machine)\n\n" + cost_md + "\n")
     print(f"wrote {doc}")
 
