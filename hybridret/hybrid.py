@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
     from .index.snapshot import Snapshot
 
-__all__ = ["FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "RETRIEVERS", "Candidates", "FusionConfig", "fuse",
-           "fused_search", "gather_candidates", "guide_scores", "guide_weights"]
+__all__ = ["FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS", "Candidates",
+           "FusionConfig", "fuse", "fused_search", "gather_candidates", "guide_scores", "guide_weights"]
 
 FUSION_METHODS = ("linear", "rrf", "gqr")
 GUIDE_WEIGHTINGS = ("fixed", "agreement")
@@ -106,6 +106,13 @@ class FusionConfig:
 
     def with_(self, **changes: Any) -> FusionConfig:
         return replace(self, **changes)
+
+
+HYBRID_FINAL_GUIDE = 0.25  # chosen leave-one-collection-out on 7 collections (docs/fusion.md)
+HYBRID_DEFAULT = FusionConfig(method="gqr", guide_weighting="agreement", gqr=GQRConfig(final_guide=HYBRID_FINAL_GUIDE))
+"""What ``method="hybrid"`` runs on an index with dense, learned sparse and BM25: GQR with the guide
+weighted per query by top-10 agreement, ranking by the z-scored refined dense score plus a quarter
+of the z-scored guide."""
 
 
 @dataclass
@@ -214,6 +221,10 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None,
         return rows, scores, comps
     exact = dict(cands.exact)
     exact["dense_refined"] = refined_scores
+    if gqr.final_guide:  # a share of the guide kept in the final ranking (the ``hybrid`` default)
+        fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
+                              {"dense_refined": 1.0, "guide": gqr.final_guide}, "zscore")
+        return select(cands.rows, fused, exact, k)
     if gqr.final == "fuse":
         fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
                               {"dense_refined": 1.0 - gqr.alpha, "guide": gqr.alpha}, "minmax")

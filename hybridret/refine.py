@@ -44,6 +44,8 @@ class GQRConfig:
     steps: int = 50
     lr: float = 1e-3
     final: str = "rerank"  # rerank U | research the dense index | fuse refined dense with guide
+    # with final="rerank": rank by z(refined dense) + final_guide * z(guide) over U (0: refined dense alone)
+    final_guide: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.alpha <= 1.0:
@@ -54,6 +56,10 @@ class GQRConfig:
             raise ConfigError("GQR needs steps >= 0 and lr > 0")
         if self.final not in FINAL_MODES:
             raise ConfigError(f"GQR final must be one of {', '.join(FINAL_MODES)}, got {self.final!r}")
+        if not (isinstance(self.final_guide, (int, float)) and 0.0 <= float(self.final_guide) < float("inf")):
+            raise ConfigError(f"GQR final_guide must be a number >= 0, got {self.final_guide!r}")
+        if self.final_guide and self.final != "rerank":
+            raise ConfigError(f"GQR final_guide only applies with final='rerank' (got final={self.final!r})")
         if self.guide_norm not in ("none", "minmax", "zscore"):
             raise ConfigError(f"GQR guide_norm must be none, minmax or zscore, got {self.guide_norm!r}")
 

@@ -21,7 +21,7 @@ from ._runtime import prepare_native_libraries
 from .encoders import Encoder, PairedEncoder, encoder_from_config
 from .errors import ConfigError
 from .filters import Filter, parse_filter
-from .hybrid import FUSION_METHODS, FusionConfig, fused_search
+from .hybrid import FUSION_METHODS, HYBRID_DEFAULT, FusionConfig, fused_search
 from .index.snapshot import Snapshot, open_snapshot
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
 from .types import Hit, Hits, MatchedTerm
@@ -285,8 +285,9 @@ class Searcher:
                 return cfg
         have = self.available(snap)
         usable = tuple(r for r in RETRIEVERS if have[r])
-        # ``hybrid`` = GQR with agreement-weighted guides (docs/fusion.md); ``gqr`` keeps fixed weights
-        cfg = FusionConfig(method="gqr", guide_weighting="agreement") if method == "hybrid" else FusionConfig(method=method)
+        # ``hybrid`` = GQR with agreement-weighted guides and a share of the guide in the final ranking
+        # (hybrid.HYBRID_DEFAULT, docs/fusion.md); ``gqr`` keeps fixed weights and the refined dense ranking
+        cfg = HYBRID_DEFAULT if method == "hybrid" else FusionConfig(method=method)
         if cfg.method == "gqr":
             guide = {r: w for r, w in cfg.guide.items() if have[r]}
             if have["dense"] and guide:

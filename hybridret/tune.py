@@ -44,8 +44,9 @@ def default_grid(has_bm25: bool = True, depth: int = 100) -> list[FusionConfig]:
             for t_dense in (0.05, 0.1):
                 grid.append(FusionConfig("gqr", guide=guide, depth=depth, gqr=GQRConfig(alpha=alpha, t_dense=t_dense)))
                 if len(guide) > 1:  # the hybrid default's per-query guide weights (docs/fusion.md)
-                    grid.append(FusionConfig("gqr", guide=guide, depth=depth, guide_weighting="agreement",
-                                             gqr=GQRConfig(alpha=alpha, t_dense=t_dense)))
+                    for final_guide in (0.0, 0.25):  # 0.25: the share of the guide kept in hybrid's ranking
+                        grid.append(FusionConfig("gqr", guide=guide, depth=depth, guide_weighting="agreement",
+                                                 gqr=GQRConfig(alpha=alpha, t_dense=t_dense, final_guide=final_guide)))
     return grid
 
 

@@ -158,8 +158,9 @@ def test_defaults_adapt_to_a_dense_only_encoder_with_bm25(paired_encoder, small_
 def test_hybrid_default_is_agreement_guided_gqr_and_old_configs_keep_fixed_weights(retriever):
     r, _ = retriever
     cfg = r.fusion_config("hybrid")
-    assert cfg.method == "gqr" and cfg.guide_weighting == "agreement"
-    assert r.fusion_config("gqr").guide_weighting == "fixed"  # the explicit method keeps the old behaviour
+    assert cfg.method == "gqr" and cfg.guide_weighting == "agreement" and cfg.gqr.final_guide == 0.25
+    # the explicit method keeps the old behaviour: fixed weights, ranking by the refined dense score alone
+    assert r.fusion_config("gqr").guide_weighting == "fixed" and r.fusion_config("gqr").gqr.final_guide == 0.0
     old = FusionConfig().to_dict()
     old.pop("guide_weighting")  # a config stored before the field existed
     assert FusionConfig.from_dict({**old, "method": "gqr"}).guide_weighting == "fixed"
@@ -191,3 +192,33 @@ def test_fuse_without_snapshot_from_candidate_vectors(retriever):
         fuse(cfg, plain, 5, None, q)
     with pytest.raises(ConfigError, match="research"):
         fuse(cfg.with_(gqr={"final": "research"}), with_vec, 5, None, q)
+
+
+def test_final_guide_by_hand():
+    """GQR's ``final_guide``: rank by z(refined dense) + w * z(guide). With no Adam steps the refined
+    query is the original one, so the scores can be written down: dense [0.6, 0.8, 0.0] has z-scores
+    [0.392, 0.981, -1.373]; BM25 [3, 0, 0] has [1.414, -0.707, -0.707]."""
+    from hybridret.hybrid import Candidates, fuse
+    from hybridret.refine import GQRConfig
+    from hybridret.retrievers import QueryBatch
+
+    vectors = np.eye(3, dtype=np.float32)[None]  # candidate i's vector is e_i
+    q = QueryBatch(["q"], np.array([[0.6, 0.8, 0.0]], dtype=np.float32), None)
+    cands = Candidates(rows=np.array([[10, 11, 12]]),
+                       exact={"dense": np.array([[0.6, 0.8, 0.0]]), "bm25": np.array([[3.0, 0.0, 0.0]])},
+                       listed={"dense": np.array([[True, True, True]]), "bm25": np.array([[True, False, False]])},
+                       vectors=vectors)
+    z_dense = (np.array([0.6, 0.8, 0.0]) - 1.4 / 3) / np.sqrt(0.104 / 0.9)
+    z_bm25 = np.array([2.0, -1.0, -1.0]) / np.sqrt(2.0)
+    for w, order in ((0.0, [11, 10, 12]), (0.25, [11, 10, 12]), (0.5, [10, 11, 12])):
+        cfg = FusionConfig("gqr", guide={"bm25": 1.0}, gqr=GQRConfig(steps=0, final_guide=w))
+        rows, scores, comps = fuse(cfg, cands, 3, None, q)
+        assert rows[0].tolist() == order
+        if w:
+            expect = dict(zip([10, 11, 12], z_dense + w * z_bm25))
+            np.testing.assert_allclose(scores[0], [expect[r] for r in order], rtol=1e-5)
+        np.testing.assert_allclose(comps["bm25"][0], [{10: 3.0, 11: 0.0, 12: 0.0}[r] for r in order])
+    with pytest.raises(ConfigError, match="final_guide"):
+        GQRConfig(final="fuse", final_guide=0.25)
+    with pytest.raises(ConfigError, match="final_guide"):
+        GQRConfig(final_guide=-1)
