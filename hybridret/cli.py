@@ -623,7 +623,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         cfg = row["config"]
         detail = {k: cfg[k] for k in ("retrievers", "weights", "normalisation")} if cfg["method"] == "linear" else \
             {"retrievers": cfg["retrievers"], "rrf_k": cfg["rrf_k"]} if cfg["method"] == "rrf" else \
-            {"guide": cfg["guide"], "alpha": cfg["gqr"]["alpha"], "t_dense": cfg["gqr"]["t_dense"]}
+            {"guide": cfg["guide"], "guide_weighting": cfg["guide_weighting"], "alpha": cfg["gqr"]["alpha"],
+             "t_dense": cfg["gqr"]["t_dense"], "final_guide": cfg["gqr"]["final_guide"]}
         print(f"{i:>4}  {row[args.metric]:9.4f}  {cfg['method']} {json.dumps(detail)}")
     print("stored as the index's hybrid setting" if not args.dry_run else "(dry run: nothing stored)")
     return 0

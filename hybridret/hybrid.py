@@ -108,7 +108,7 @@ class FusionConfig:
         return replace(self, **changes)
 
 
-HYBRID_FINAL_GUIDE = 0.25  # chosen leave-one-collection-out on 7 collections (docs/fusion.md)
+HYBRID_FINAL_GUIDE = 0.25  # picked on 6 of 7 leave-one-collection-out folds of a sweep (docs/fusion.md)
 HYBRID_DEFAULT = FusionConfig(method="gqr", guide_weighting="agreement", gqr=GQRConfig(final_guide=HYBRID_FINAL_GUIDE))
 """What ``method="hybrid"`` runs on an index with dense, learned sparse and BM25: GQR with the guide
 weighted per query by top-10 agreement, ranking by the z-scored refined dense score plus a quarter
