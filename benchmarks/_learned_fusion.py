@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hybridret.fusion import normalise
+from hybridret.fusion import _ranks, normalise
 from hybridret.hybrid import Candidates
 from hybridret.qpp import agreement
 
@@ -29,11 +29,8 @@ GRID = [w for w in itertools.product((0, 1, 2), repeat=len(GRID_SIGNALS)) if any
 
 
 def _rrf_terms(scores: np.ndarray, listed: np.ndarray, k: float = 60.0) -> np.ndarray:
-    s = np.where(listed, scores, -np.inf)
-    order = np.argsort(-s, axis=1, kind="stable")
-    ranks = np.empty_like(order)
-    np.put_along_axis(ranks, order, np.arange(1, s.shape[1] + 1)[None, :].repeat(s.shape[0], 0), axis=1)
-    return np.where(listed, k / (k + ranks), 0.0)
+    """``k / (k + rank)`` within the retriever's own list (0 outside it): RRF's term, scaled to (0, 1]."""
+    return np.where(listed, k / (k + _ranks(scores, listed)), 0.0)
 
 
 def signals(c: Candidates, refined: np.ndarray, names: Sequence[str]) -> dict[str, np.ndarray]:

@@ -1,5 +1,6 @@
 """Fusion benchmark: every single retriever, every fusion candidate, today's default (GQR with fixed
-sparse + BM25 guide weights) and the new default ``hybrid`` (GQR with agreement-weighted guides), on
+sparse + BM25 guide weights) and the new default ``hybrid`` (``hybrid.HYBRID_DEFAULT``: GQR with
+agreement-weighted guides, ranking by the refined dense score plus a quarter of the guide), on
 every BEIR-format collection given; the "never below the best single retriever" rule per collection;
 paired significance against today's default; the choice of default by leave-one-collection-out
 cross-validation; the headroom (upper bounds chosen on the test queries, and a combiner learned
