@@ -113,7 +113,7 @@ def cached_queries(r: HybridRetriever, name: str, texts: list[str]) -> QueryBatc
         z = np.load(path, allow_pickle=False)
         if str(z["key"]) == key:
             qs = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"]))
-            return QueryBatch(texts, z["dense"], qs)
+            return QueryBatch(texts, dense=z["dense"], sparse=qs)
     q = encode_queries(r, texts)
     s = q.sparse.tocsr()
     np.savez(path, key=key, dense=q.dense, data=s.data, indices=s.indices, indptr=s.indptr, shape=np.array(s.shape))

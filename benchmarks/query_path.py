@@ -97,7 +97,7 @@ def child(index: Path, queries: Path, cores: int) -> dict[str, Any]:
 
     z = np.load(queries)
     texts = [str(t) for t in z["texts"]]
-    q = QueryBatch(texts, z["dense"], sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])))
+    q = QueryBatch(texts, dense=z["dense"], sparse=sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=tuple(z["shape"])))
     r = HybridRetriever.load(index)
     searcher = r.searcher if hasattr(r, "searcher") else r
     snap = searcher.snapshot

@@ -215,7 +215,7 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None,
     refined, refined_scores, g = gqr_scores(gqr, guide_weights(config, cands), cands.exact, valid, q.dense, docs)
     if gqr.final == "research":
         dense = REGISTRY["dense"]
-        rq = QueryBatch(q.texts, refined, q.sparse)
+        rq = q.with_(dense=refined)
         rows, scores = search_rows(dense, snap, rq, k, filt)  # type: ignore[arg-type]
         comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}  # type: ignore[arg-type]
         return rows, scores, comps

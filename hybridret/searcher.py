@@ -111,18 +111,15 @@ def check_search(queries: Any, k: Any, method: str, candidates: Any, filter: Any
 def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> QueryBatch:
     """``texts`` encoded with only the heads in ``needs`` (``"dense"``, ``"sparse"``); the encoder
     is built on first use. A paired encoder runs only the models asked for."""
-    q = QueryBatch(texts)
     if not needs & {"dense", "sparse"} or not texts:
-        return q
+        return QueryBatch(texts)
     enc = slot.get()
     if isinstance(enc, PairedEncoder):
-        q.dense = enc.dense.encode_queries(texts).dense if "dense" in needs else None
-        q.sparse = enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None
-        return q
+        return QueryBatch(texts, dense=enc.dense.encode_queries(texts).dense if "dense" in needs else None,
+                          sparse=enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None)
     batch = enc.encode_queries(texts)
-    q.dense = batch.dense if "dense" in needs else None
-    q.sparse = batch.sparse if "sparse" in needs else None
-    return q
+    return QueryBatch(texts, dense=batch.dense if "dense" in needs else None,
+                      sparse=batch.sparse if "sparse" in needs else None)
 
 
 class HitSource:

@@ -203,7 +203,7 @@ def test_final_guide_by_hand():
     from hybridret.retrievers import QueryBatch
 
     vectors = np.eye(3, dtype=np.float32)[None]  # candidate i's vector is e_i
-    q = QueryBatch(["q"], np.array([[0.6, 0.8, 0.0]], dtype=np.float32), None)
+    q = QueryBatch(["q"], dense=np.array([[0.6, 0.8, 0.0]], dtype=np.float32))
     cands = Candidates(rows=np.array([[10, 11, 12]]),
                        exact={"dense": np.array([[0.6, 0.8, 0.0]]), "bm25": np.array([[3.0, 0.0, 0.0]])},
                        listed={"dense": np.array([[True, True, True]]), "bm25": np.array([[True, False, False]])},

@@ -11,7 +11,7 @@ per-segment top lists are merged by score, ties by global row.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -28,20 +28,49 @@ __all__ = ["EXHAUSTIVE_MAX", "QueryBatch", "Retriever", "allowed_mask", "score_r
 EXHAUSTIVE_MAX = 2048  # a segment with at most this many allowed rows is scored exhaustively
 
 
-@dataclass
 class QueryBatch:
-    """Queries as each retriever needs them: texts, dense vectors ``(n, d)``, sparse CSR ``(n, V)``."""
+    """Queries as the retrievers need them: their texts, and each representation by name.
 
-    texts: list[str]
-    dense: np.ndarray | None = None
-    sparse: sp.csr_matrix | None = None
+    ``reps`` maps a representation name (an encoder head such as ``"dense"`` (float32 ``(n, d)``)
+    or ``"sparse"`` (CSR ``(n, V)``), or a representation a registered retriever brings) to its
+    values for the ``n`` queries: anything indexable by a row slice. ``dense=`` / ``sparse=`` are
+    accepted as keywords, and ``q.dense`` / ``q.sparse`` read them (``None`` when absent).
+    """
+
+    __slots__ = ("texts", "reps")
+
+    def __init__(self, texts: list[str], reps: Mapping[str, Any] | None = None, **named: Any) -> None:
+        self.texts = list(texts)
+        merged = dict(reps or {})
+        merged.update(named)
+        self.reps: dict[str, Any] = {k: v for k, v in merged.items() if v is not None}
 
     def __len__(self) -> int:
         return len(self.texts)
 
+    def get(self, name: str) -> Any:
+        """The queries' representation ``name`` (``None`` when it was not encoded)."""
+        return self.reps.get(name)
+
+    @property
+    def dense(self) -> np.ndarray | None:
+        return self.reps.get("dense")
+
+    @property
+    def sparse(self) -> sp.csr_matrix | None:
+        return self.reps.get("sparse")
+
+    def with_(self, **reps: Any) -> QueryBatch:
+        """A copy with some representations replaced (``None`` removes one)."""
+        merged = dict(self.reps)
+        merged.update(reps)
+        return QueryBatch(self.texts, merged)
+
     def slice(self, a: int, b: int) -> QueryBatch:
-        return QueryBatch(self.texts[a:b], None if self.dense is None else self.dense[a:b],
-                          None if self.sparse is None else self.sparse[a:b])
+        return QueryBatch(self.texts[a:b], {k: v[a:b] for k, v in self.reps.items()})
+
+    def __repr__(self) -> str:
+        return f"QueryBatch({len(self)} queries, reps={sorted(self.reps)})"
 
 
 class Retriever(ABC):
