@@ -22,7 +22,7 @@ from _common import RESULTS, ROOT, SHARED, Timer, encode_queries, machine, table
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_hits  # noqa: E402
 from hybridret.hybrid import fused_search  # noqa: E402
-from hybridret.index.sparse import SparseSearchStats  # noqa: E402
+from hybridret.index.legacy.sparse import SparseSearchStats  # noqa: E402
 
 METHODS = ("dense", "sparse", "bm25", "linear", "rrf", "hybrid")
 

@@ -37,7 +37,7 @@ import faiss  # noqa: E402
 import psutil  # noqa: E402
 
 from hybridret.index.dense import DenseIndex  # noqa: E402
-from hybridret.index.sparse import SparseIndex, SparseSearchStats  # noqa: E402
+from hybridret.index.legacy.sparse import SparseIndex, SparseSearchStats  # noqa: E402
 
 DIM, CENTRES, CHUNK, K = 384, 3000, 20_000, 10
 CPUS = os.cpu_count() or 1

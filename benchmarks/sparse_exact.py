@@ -34,7 +34,7 @@ from _common import RESULTS, ROOT, SHARED, Timer, machine, table, write_json  # 
 
 from hybridret.encoders import SpladeEncoder  # noqa: E402
 from hybridret.index.learned import LearnedIndex  # noqa: E402
-from hybridret.index.sparse import SparseIndex, SparseSearchStats  # noqa: E402
+from hybridret.index.legacy.sparse import SparseIndex, SparseSearchStats  # noqa: E402
 from hybridret.index.storage import load_npy  # noqa: E402
 
 PEER = "numpy inverted index + bincount (peer)"

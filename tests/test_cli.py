@@ -75,7 +75,7 @@ def test_default_encode_cache_is_removed_after_a_build(built):
 def test_info_json_and_text(built, capsys):
     assert main(["-q", "info", str(built), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["num_docs"] == 4 and info["format_version"] == 2
+    assert info["num_docs"] == 4 and info["format_version"] == 3
     assert info["components"]["dense"]["factory"] == "Flat"
     assert main(["-q", "info", str(built)]) == 0
     assert "documents:  4" in capsys.readouterr().out
