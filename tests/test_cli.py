@@ -145,7 +145,7 @@ def test_corrupt_index_is_reported(built, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(built, copy)
     gen = next(copy.glob("seg-*"))
-    (gen / "sparse" / "learned" / "forward.data.npy").write_bytes(b"garbage")
+    (gen / "sparse" / "forward.data.npy").write_bytes(b"garbage")
     assert main(["-q", "search", str(copy), "query"]) == 1
     assert "forward.data.npy" in capsys.readouterr().err
 
