@@ -150,8 +150,8 @@ def run_topics(r: HybridRetriever, t: Topics, depth: int, peer_state: dict[str, 
             q1 = peers.rate(lambda: r.sparse.search(qs, 10, threads=1), n)
             qa = peers.rate(lambda: r.sparse.search(qs, 10, threads=None), n)
         elif m == "bm25":
-            q1 = peers.rate(lambda: r.sparse.search_bm25(texts, 10, threads=1), n)
-            qa = peers.rate(lambda: r.sparse.search_bm25(texts, 10, threads=None), n)
+            q1 = peers.rate(lambda: bm25_search(r.part("bm25"), texts, 10, 1), n)
+            qa = peers.rate(lambda: bm25_search(r.part("bm25"), texts, 10, None), n)
         else:
             cfg = r.fusion_config(m)
 
@@ -371,3 +371,9 @@ def tables(result: dict[str, Any], kind: str) -> str:
                      "notes": b.get("note", b.get("notes", ""))})
     parts.append("**index build**\n\n" + table(rows, ["system", "docs/s", "index MB", "peak RSS MB", "notes"]))
     return "\n\n".join(parts)
+
+
+def bm25_search(store: Any, texts: list[str], k: int, threads: int | None) -> Any:
+    """BM25 top-k of one segment's posting store from query text (analysis included), under its own statistics."""
+    tokens = [list(store.analyzer.analyze(t)) for t in texts]
+    return store.search(store.own_queries(tokens), store.total_len / max(1, store.num_docs), k, threads=threads)

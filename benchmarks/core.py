@@ -18,11 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, SHARED, Timer, encode_queries, machine, table, write_json  # noqa: E402
+from _suite import bm25_search  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_hits  # noqa: E402
 from hybridret.hybrid import fused_search  # noqa: E402
-from hybridret.index.sparse import SparseSearchStats  # noqa: E402
+from hybridret.index._tantivy import SparseSearchStats  # noqa: E402
 
 METHODS = ("dense", "sparse", "bm25", "linear", "rrf", "hybrid")
 
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif method == "sparse":
                     retriever.sparse.search(qs, 10, threads=threads)
                 elif method == "bm25":
-                    retriever.sparse.search_bm25(texts, 10, threads=threads)
+                    bm25_search(retriever.part("bm25"), texts, 10, threads)
                 else:  # fused methods: candidate gathering, exact scoring and fusion, queries pre-encoded
                     fused_search(retriever.fusion_config(method), 10, snap, q)
             if threads == 1 and method in ("linear", "rrf", "hybrid", "dense"):

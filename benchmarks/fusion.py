@@ -93,8 +93,8 @@ def attach_bm25_stores(r: HybridRetriever, cache: Path) -> None:
     only the store scores (its BM25 equals tantivy's, so the plain bm25 rows do not change)."""
     snap = r.searcher.snapshot
     for seg in snap.segments:
-        sparse = seg.sparse
-        if sparse is None or sparse.bm25_store is not None or not sparse.meta.get("bm25"):
+        part = seg.part("bm25")
+        if part is None or isinstance(part, BM25Store):
             continue
         root = cache / seg.root.name
         if not (root / "meta.json").is_file():
@@ -102,14 +102,14 @@ def attach_bm25_stores(r: HybridRetriever, cache: Path) -> None:
                 import shutil
 
                 shutil.rmtree(root)
-            builder = BM25StoreBuilder(root, sparse.analyzer)
+            builder = BM25StoreBuilder(root, part.analyzer)
             texts = []
             for row in range(seg.num_docs):
                 title, text = seg.docs.get(row)
                 texts.append(f"{title.strip()} {text.strip()}".strip() if title.strip() else text.strip())
             builder.add(texts)
             builder.close()
-        sparse.bm25_store = BM25Store(root)
+        seg.parts["bm25"] = BM25Store(root)
 
 
 def cached_queries(r: HybridRetriever, name: str, texts: list[str]) -> QueryBatch:

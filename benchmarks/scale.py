@@ -37,7 +37,8 @@ import faiss  # noqa: E402
 import psutil  # noqa: E402
 
 from hybridret.index.dense import DenseIndex  # noqa: E402
-from hybridret.index.sparse import SparseIndex, SparseSearchStats  # noqa: E402
+from hybridret.index._tantivy import SparseSearchStats  # noqa: E402
+from hybridret.index.learned import LearnedIndex  # noqa: E402
 
 DIM, CENTRES, CHUNK, K = 384, 3000, 20_000, 10
 CPUS = os.cpu_count() or 1
@@ -144,7 +145,7 @@ def generate(st: dict, args: argparse.Namespace, n: int, data: Path) -> float:
 
 def job_build(kind: str, root: Path, data: Path, vocab: int, seed: int) -> dict:
     """(Fresh process.) Stream the chunk files into a new index; only add() and close() are timed."""
-    b = (SparseIndex.create(root, vocab, bm25=False) if kind == "sparse"
+    b = (LearnedIndex.create(root, vocab) if kind == "sparse"
          else DenseIndex.create(root, DIM, factory=kind, seed=seed))
     adds = []
     with peak_rss() as pk:
@@ -175,7 +176,7 @@ def job_query(kind: str, root: Path, qd: np.ndarray, qs: sp.csr_matrix, params: 
                 ix.add(np.ascontiguousarray(mm[s : s + 65536]))
             del mm
         elif kind == "sparse":
-            ix = SparseIndex(root)
+            ix = LearnedIndex(root)
         else:  # scipy brute force over the index's own forward store
             fwd = root / "learned" if (root / "learned").is_dir() else root  # format 2 keeps it under learned/
             ld = lambda name: np.load(fwd / f"forward.{name}.npy")  # noqa: E731

@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, SHARED, Timer, machine, table, write_json  # noqa: E402
 
 from hybridret.encoders import SpladeEncoder  # noqa: E402
+from hybridret.index._tantivy import SparseSearchStats  # noqa: E402
 from hybridret.index.learned import LearnedIndex  # noqa: E402
-from hybridret.index.sparse import SparseIndex, SparseSearchStats  # noqa: E402
+from hybridret.index.legacy.sparse import SparseIndex  # noqa: E402
 from hybridret.index.storage import load_npy  # noqa: E402
 
 PEER = "numpy inverted index + bincount (peer)"

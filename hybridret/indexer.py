@@ -23,19 +23,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
+from .encoders.reps import REPRESENTATIONS, encode, rep_spec, stack_rows, take_rows
 from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError
+from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, commit, names, new_segment, read_manifest
 from .index.metadata import MetadataError, check_metadata
-from .index.segment import SegmentWriter, text_key
+from .index.parts import PART_TYPES, TEXT, PartSpec
+from .index.segment import SEGMENT_FILE, SegmentWriter, text_key
 from .index.snapshot import Snapshot, open_snapshot
 from .index.storage import atomic_write_npy
 
-__all__ = ["DEFAULT_SETTINGS", "IndexWriter", "WriteResult", "as_document"]
+__all__ = ["DEFAULT_SETTINGS", "IndexWriter", "Layout", "WriteResult", "as_document", "stored_values"]
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +48,25 @@ DEFAULT_SETTINGS: dict[str, Any] = {
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source")  # carried from commit to commit
 _DOC_KEYS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
 COMPACT_CHUNK = 4096
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What every segment written now holds: representations (name -> kind and width) and parts
+    (name -> :class:`~hybridret.index.parts.PartSpec`)."""
+
+    reps: dict[str, dict[str, Any]]
+    parts: dict[str, PartSpec]
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any]) -> Layout:
+        """The layout a (format-3, or upgraded) manifest records."""
+        return cls({n: dict(r) for n, r in manifest["representations"].items()},
+                   {n: PartSpec.from_dict(n, d) for n, d in manifest["parts"].items()})
+
+    def sources(self) -> list[str]:
+        """The representations the parts are built from (``"text"`` aside), in a fixed order."""
+        return sorted({spec.source for spec in self.parts.values() if spec.source != TEXT})
 
 
 @dataclass
@@ -181,30 +202,49 @@ class IndexWriter:
             return None
         return open_snapshot(self.root, device=self.device, reuse=dict(reuse or {}))
 
-    def _commit(self, segments: list[dict[str, Any]], extra: Mapping[str, Any], shape: Mapping[str, Any]) -> int:
+    def _commit(self, segments: list[dict[str, Any]], extra: Mapping[str, Any], layout: Layout) -> int:
         prev = self.manifest or {}
         body: dict[str, Any] = {k: prev[k] for k in _BODY_KEYS if k in prev}
         body.update({
             "encoder": self.encoder_config, "settings": dict(self.settings), "segments": segments,
             "num_docs": sum(s["num_docs"] - s.get("num_deleted", 0) for s in segments),
             "skipped_empty": int(prev.get("skipped_empty", 0)),
-            "shape": dict(shape),
+            "representations": {n: dict(r) for n, r in layout.reps.items()},
+            "parts": {n: spec.to_dict() for n, spec in layout.parts.items()},
         })
         body.update(extra)
         body["components"] = _components(self.root, segments) or prev.get("components", {})
         self.manifest = commit(self.root, body, previous=self.manifest)
         return int(self.manifest["commit"])
 
-    def _shape(self, snap: Snapshot | None) -> dict[str, Any]:
-        if self.manifest is not None and "shape" in self.manifest:
-            return dict(self.manifest["shape"])
-        if snap is not None and snap.segments:  # format-1 index: read from its folder
-            seg = snap.segments[0]
-            vocab = seg.sparse.vocab_size if seg.sparse is not None else None
-            return {"dense_dim": seg.dense.dim if seg.dense is not None else None,
-                    "vocab_size": vocab if vocab and vocab > 1 else None}
-        enc = self._get_encoder()
-        return {"dense_dim": enc.dense_dim, "vocab_size": len(enc.vocab) if enc.vocab is not None else None}
+    def commit_fields(self, fields: Mapping[str, Any]) -> int:
+        """Commit the current segments with manifest ``fields`` changed (e.g. the stored fusion)."""
+        if self.manifest is None:
+            raise ConfigError(f"no index at {self.root} yet")
+        return self._commit(list(self.manifest["segments"]), fields, self._layout())
+
+    def _layout(self, new: bool = False) -> Layout:
+        """The representations and parts every segment written now gets. An existing index keeps its
+        representations and the parts retrievers brought; the built-in parts follow the current
+        settings. A new index (``new``) takes the encoder's heads and every registered retriever's
+        own part."""
+        from .retrievers import REGISTRY
+
+        if not new and self.manifest is not None:
+            reps = {n: dict(r) for n, r in self.manifest["representations"].items()}
+            own = {n: PartSpec.from_dict(n, d) for n, d in self.manifest["parts"].items()}
+        else:
+            reps = self._get_encoder().representations()
+            own = {}
+            for r in REGISTRY.values():
+                if r.part_type is None or r.part_name in own:
+                    continue
+                if r.needs != TEXT and r.needs not in reps:
+                    reps[r.needs] = rep_spec(r.needs, reps)
+                own[r.part_name] = PartSpec(r.part_type.format, r.needs)
+        parts = builtin_parts(self.settings, reps)
+        parts.update({n: spec for n, spec in own.items() if spec.format not in BUILTIN_FORMATS})
+        return Layout(reps, parts)
 
     # -- writes ---------------------------------------------------------------------------------
     def write(self, documents: Iterable[Any], *, mode: str, batch_size: int = 32, chunk_size: int = 1024,
@@ -227,12 +267,10 @@ class IndexWriter:
             raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
                                     f"(id, text) tuples), not a single {type(documents).__name__}")
         snap = None if mode == "build" else self.snapshot(reuse)
-        shape = self._shape(snap) if mode != "build" else None
-        encoder = None
-        if mode == "build" or shape is None:
-            encoder = self._get_encoder()
-            shape = {"dense_dim": encoder.dense_dim, "vocab_size": len(encoder.vocab) if encoder.vocab else None}
-            self.encoder_config = encoder.config()
+        new = mode == "build" or self.manifest is None
+        layout = self._layout(new)
+        if new:
+            self.encoder_config = self._get_encoder().config()
         else:
             given = self._encoder.config() if self._encoder is not None else self.given_config
             self._check_encoder(given)
@@ -244,8 +282,7 @@ class IndexWriter:
         if total is None and hasattr(documents, "__len__"):
             total = len(documents)  # type: ignore[arg-type]
         seg_dir = new_segment(self.root)
-        writer = SegmentWriter(seg_dir, dense_dim=shape["dense_dim"], vocab_size=shape["vocab_size"],
-                               settings=self.settings)
+        writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
         result = WriteResult()
         replaced: dict[int, list[int]] = {}
         bar = tqdm(total=total, desc={"build": "indexing", "add": "adding", "upsert": "upserting"}[mode], unit="doc",
@@ -276,7 +313,7 @@ class IndexWriter:
                     batch.append(doc)
                     old_rows.append(old)
                 if batch:
-                    enc, n_encoded = self._encode(batch, old_rows, snap, cache, batch_size)
+                    enc, n_encoded = self._encode(batch, old_rows, snap, cache, batch_size, layout)
                     result.encoded += n_encoded
                     writer.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch],
                                [d.full_text for d in batch], [d.metadata for d in batch], enc,
@@ -315,7 +352,7 @@ class IndexWriter:
         if source is not None:
             extra["source"] = dict(source)
         try:
-            result.commit = self._commit(segments, extra, shape)
+            result.commit = self._commit(segments, extra, layout)
         except BaseException:  # e.g. a full disk while writing the manifest: the old state stays
             if not names(self.root, seg_dir.name):  # never remove what a commit already names
                 shutil.rmtree(seg_dir, ignore_errors=True)
@@ -337,42 +374,38 @@ class IndexWriter:
                               "; documents encoded by another model cannot be mixed into this index")
 
     def _encode(self, batch: list[Document], old_rows: list[int | None], snap: Snapshot | None, cache: Any,
-                batch_size: int) -> tuple[EncodedBatch, int]:
-        """Encodings of ``batch``: stored vectors where an upsert leaves the text unchanged, then the
-        cache, then the encoder for the rest."""
+                batch_size: int, layout: Layout) -> tuple[EncodedBatch, int]:
+        """Encodings of ``batch``, each representation the parts are built from: stored values where
+        an upsert leaves the text unchanged, then the cache, then the encoder for the rest."""
         n = len(batch)
+        names = layout.sources()
         texts = [d.full_text for d in batch]
-        dense: list[np.ndarray | None] = [None] * n
-        sparse: list[sp.csr_matrix | None] = [None] * n
-        have = [False] * n
+        rows: list[dict[str, Any] | None] = [None] * n
         for i, (doc, old) in enumerate(zip(batch, old_rows)):
             if old is not None and snap is not None:
-                got = _stored_encoding(snap, old, text_key(doc.full_text))
-                if got is not None:
-                    dense[i], sparse[i] = got
-                    have[i] = True
+                rows[i] = _stored_encoding(snap, old, text_key(doc.full_text), layout)
         key_of: dict[int, bytes] = {}
-        if cache is not None:
-            todo = [i for i in range(n) if not have[i]]
+        if cache is not None and names:
+            todo = [i for i in range(n) if rows[i] is None]
             key_of = dict(zip(todo, cache.keys([texts[i] for i in todo])))
-            found, rows = cache.get([key_of[i] for i in todo])
-            for j, (d, s) in zip(found, rows):
-                dense[todo[j]], sparse[todo[j]] = d, s
-                have[todo[j]] = True
-        todo = [i for i in range(n) if not have[i]]
+            found, got = cache.get([key_of[i] for i in todo])
+            for j, values in zip(found, got):
+                if all(name in values for name in names):
+                    rows[todo[j]] = values
+        todo = [i for i in range(n) if rows[i] is None] if names else []
         if todo:
-            encoder = self._get_encoder()
-            if self._truncated_before is None:
+            heads = [name for name in names if name not in REPRESENTATIONS]
+            encoder = self._get_encoder() if heads else None
+            if encoder is not None and self._truncated_before is None:
                 self._truncated_before = encoder.truncation_counts()
-            enc = encoder.encode_documents([texts[i] for i in todo], batch_size=batch_size, show_progress=False)
+            enc = encode(encoder, names, [texts[i] for i in todo], queries=False, batch_size=batch_size,
+                         show_progress=False)
             if cache is not None:
                 cache.put([key_of[i] for i in todo], enc)
             for j, i in enumerate(todo):
-                dense[i] = enc.dense[j] if enc.dense is not None else None
-                sparse[i] = enc.sparse[j] if enc.sparse is not None else None
-        out_dense = np.stack(dense).astype(np.float32) if dense and dense[0] is not None else None
-        out_sparse = sp.vstack(sparse, format="csr").astype(np.float32) if sparse and sparse[0] is not None else None
-        return EncodedBatch(dense=out_dense, sparse=out_sparse), len(todo)
+                rows[i] = {name: take_rows(layout.reps[name]["kind"], enc.get(name), [j]) for name in names}
+        out = {name: stack_rows(layout.reps[name]["kind"], [r[name] for r in rows]) for name in names} if n else {}
+        return EncodedBatch(out), len(todo)
 
     def _warn_truncated(self, count: int) -> None:
         before = self._truncated_before
@@ -437,7 +470,7 @@ class IndexWriter:
             dead.setdefault(s, []).append(r)
         segments = self._with_tombstones(snap, dead)
         result.deleted = len(present)
-        result.commit = self._commit(segments, {}, self._shape(snap))
+        result.commit = self._commit(segments, {}, self._layout())
         logger.info("deleted %d documents (commit %d)", result.deleted, result.commit)
         return result
 
@@ -452,10 +485,10 @@ class IndexWriter:
         if migrate:
             switched = self.settings["sparse_scheme"] != DEFAULT_SETTINGS["sparse_scheme"]
             self.settings["sparse_scheme"] = DEFAULT_SETTINGS["sparse_scheme"]
-            stale = snap is not None and any(s.sparse is not None and s.sparse.learned is None for s in snap.segments)
+            stale = snap is not None and any(_outdated(seg, self._layout()) for seg in snap.segments)
         if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0 and not stale):
             if switched and snap is not None:  # nothing to rewrite, but later segments use the current format
-                return WriteResult(commit=self._commit(list(self.manifest["segments"]), {}, self._shape(snap)))  # type: ignore[index]
+                return WriteResult(commit=self._commit(list(self.manifest["segments"]), {}, self._layout()))  # type: ignore[index]
             return WriteResult()
         return self._merge(snap, list(range(len(snap.segments))), show_progress=show_progress, what="compacted")
 
@@ -484,11 +517,10 @@ class IndexWriter:
         if self.settings["bm25"] and not self.settings["store_text"]:
             raise ConfigError(f"{self.root} keeps no document text (store_text=False), which BM25 needs to be "
                               "rebuilt; segments cannot be merged: rebuild the index from the corpus")
-        shape = self._shape(snap)
+        layout = self._layout()
         total = sum(snap.segments[i].num_docs - len(snap.deleted[i]) for i in chosen)
         seg_dir = new_segment(self.root)
-        writer = SegmentWriter(seg_dir, dense_dim=shape["dense_dim"], vocab_size=shape["vocab_size"],
-                               settings=self.settings)
+        writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
         bar = tqdm(total=total, desc="compacting" if what == "compacted" else "merging", unit="doc",
                    disable=not progress_enabled(show_progress, total, COMPACT_CHUNK))
         try:
@@ -502,9 +534,7 @@ class IndexWriter:
                         title, text = seg.docs.get(r)
                         docs.append(Document(id=str(seg.docs.ids[r]), text=text, title=title,
                                              metadata=seg.metadata_of(r)))
-                    enc = EncodedBatch(
-                        dense=np.asarray(seg.dense.vectors[rows]) if seg.dense is not None else None,
-                        sparse=seg.sparse.forward[rows] if seg.sparse is not None and shape["vocab_size"] else None)
+                    enc = EncodedBatch(stored_values(seg, rows, layout, required=True))
                     keys = [seg.key_of(r) or text_key(d.full_text) for r, d in zip(rows.tolist(), docs)]
                     writer.add([d.id for d in docs], [d.title for d in docs], [d.text for d in docs],
                                [d.full_text for d in docs], [d.metadata for d in docs], enc, keys)
@@ -527,7 +557,7 @@ class IndexWriter:
                 entries.append(dict(entry))
         result = WriteResult(deleted=sum(len(snap.deleted[i]) for i in chosen))
         try:
-            result.commit = self._commit(entries, {}, shape)
+            result.commit = self._commit(entries, {}, layout)
         except BaseException:
             if not names(self.root, seg_dir.name):
                 shutil.rmtree(seg_dir, ignore_errors=True)
@@ -550,26 +580,48 @@ def _unchanged(snap: Snapshot, row: int, doc: Document) -> bool:
     return key is not None
 
 
-def _stored_encoding(snap: Snapshot, row: int, key: bytes) -> tuple[np.ndarray | None, sp.csr_matrix | None] | None:
-    """The stored vectors of ``row`` when its text hash is ``key`` (an unchanged text)."""
+def stored_values(seg: Any, rows: np.ndarray, layout: Layout, *, required: bool = False) -> dict[str, Any] | None:
+    """The stored values of local ``rows`` of segment ``seg`` for every representation the parts are
+    built from, read back from a part of the segment that keeps them exactly. ``None`` (or, with
+    ``required``, a :class:`ConfigError`) when some representation cannot be read back."""
+    out: dict[str, Any] = {}
+    for name in layout.sources():
+        for part_name, spec in layout.parts.items():
+            part = seg.part(part_name) if spec.source == name else None
+            pt = PART_TYPES.get(str(part.meta.get("format"))) if part is not None else None
+            if pt is not None and pt.stored is not None:
+                out[name] = pt.stored(part, rows)
+                break
+        else:
+            if required:
+                raise ConfigError(f"{seg.root}: no part keeps representation {name!r}, so its rows cannot be copied "
+                                  "without encoding them again; rebuild the index from the corpus")
+            return None
+    return out
+
+
+def _stored_encoding(snap: Snapshot, row: int, key: bytes, layout: Layout) -> dict[str, Any] | None:
+    """The stored representations of ``row`` when its text hash is ``key`` (an unchanged text)."""
     s, local = snap.locate(np.array([row]))
     seg, r = snap.segments[int(s[0])], int(local[0])
     if seg.key_of(r) != key:
         return None
-    dense = np.asarray(seg.dense.vectors[r]) if seg.dense is not None else None
-    sparse = seg.sparse.forward[r] if seg.sparse is not None else None
-    return dense, sparse
+    return stored_values(seg, np.array([r]), layout)
+
+
+def _outdated(seg: Any, layout: Layout) -> bool:
+    """A segment in an older layout, or whose parts differ from the index's current formats."""
+    return seg.layout != "parts" or any(
+        seg.part(n) is None or seg.part(n).meta.get("format") != spec.format for n, spec in layout.parts.items())
 
 
 def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:
-    """What ``info`` shows of the components: the metadata of the newest segment's parts."""
+    """What ``info`` shows of the components: the ``meta.json`` of each part of the newest segment."""
     from .index.storage import read_json
 
     if not segments:
         return {}
     seg = root / segments[-1]["name"]
-    out = {}
-    for part in ("dense", "sparse"):
-        if (seg / part / "meta.json").is_file():
-            out[part] = read_json(seg / part / "meta.json")
-    return out
+    listed = read_json(seg / SEGMENT_FILE).get("parts") if (seg / SEGMENT_FILE).is_file() else None
+    names = list(listed) if isinstance(listed, dict) else ["dense", "sparse"]
+    return {name: read_json(seg / name / "meta.json") for name in names if (seg / name / "meta.json").is_file()}

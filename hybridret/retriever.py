@@ -116,8 +116,13 @@ class HybridRetriever:
 
     @property
     def sparse(self) -> Any:
-        """The sparse/BM25 index of a one-segment index (``None`` without one)."""
+        """The learned-sparse part of a one-segment index (``None`` without one)."""
         return self._single_segment().sparse
+
+    def part(self, name: str) -> Any:
+        """The part ``name`` (``"dense"``, ``"sparse"``, ``"bm25"``, ...) of a one-segment index
+        (``None`` without one)."""
+        return self._single_segment().part(name)
 
     @property
     def docs(self) -> Any:
@@ -236,10 +241,8 @@ class HybridRetriever:
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
         with self._writer(self._root) as w:
-            snap = self.searcher.snapshot
-            extra = {"fusion": config.to_dict() if config is not None else None,
-                     "fusion_tuned_on": dict(tuned_on) if tuned_on else None}
-            w._commit(list(w.manifest["segments"]), extra, w._shape(snap))  # type: ignore[index]
+            w.commit_fields({"fusion": config.to_dict() if config is not None else None,
+                             "fusion_tuned_on": dict(tuned_on) if tuned_on else None})
             self._after_write(w)
 
     # -- persistence ----------------------------------------------------------------------------
@@ -308,10 +311,10 @@ class HybridRetriever:
             self._slot = EncoderSlot(encoder_from_config(stored, device=device, verify=verify), None, device)
         self._root = Path(path)
         self._searcher = Searcher(self._root, encoder=self._slot, device=device, warm=warm)
-        old = sum(s.sparse is not None and s.sparse.learned is None for s in self._searcher.snapshot.segments)
+        old = sum(s.layout != "parts" for s in self._searcher.snapshot.segments)
         if old:
-            logger.info("%s: %d segment(s) in sparse format 1 (bit planes, BM25 in tantivy): searches are exact but "
-                        "slower; `hybridret compact --migrate %s` rewrites them (nothing is re-encoded)", path, old, path)
+            logger.info("%s: %d segment(s) in an older layout (index format 1 or 2): searches are exact; "
+                        "`hybridret compact --migrate %s` rewrites them (nothing is re-encoded)", path, old, path)
         return self
 
     def info(self) -> dict[str, Any]:

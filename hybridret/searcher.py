@@ -18,7 +18,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ._runtime import prepare_native_libraries
-from .encoders import Encoder, PairedEncoder, encoder_from_config
+from .encoders import Encoder, encoder_from_config
+from .encoders.reps import REPRESENTATIONS, encode
 from .errors import ConfigError
 from .filters import Filter, parse_filter
 from .hybrid import FUSION_METHODS, HYBRID_DEFAULT, FusionConfig, fused_search
@@ -60,14 +61,19 @@ class EncoderSlot:
                 self._encoder = encoder_from_config(self.config, device=self.device, verify=self.verify)
             return self._encoder
 
-    def has(self, head: str) -> bool:
-        """Whether the encoder has a dense/sparse head, without loading it."""
+    def has(self, name: str) -> bool:
+        """Whether queries can be encoded into representation ``name`` (an encoder head, known
+        from the config without loading a model, or a registered representation)."""
+        if name in REPRESENTATIONS:
+            return True
         if self._encoder is not None:
-            return self._encoder.has_dense if head == "dense" else self._encoder.has_sparse
+            return name in self._encoder.heads()
         kind = (self.config or {}).get("type")
-        if head == "sparse":
+        if name == "sparse":
             return kind in ("paired", "splade", "joint")
-        return kind in ("paired", "dense", "joint")
+        if name == "dense":
+            return kind in ("paired", "dense", "joint")
+        return False
 
 
 def check_queries(queries: Any) -> list[str]:
@@ -109,17 +115,13 @@ def check_search(queries: Any, k: Any, method: str, candidates: Any, filter: Any
 
 
 def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> QueryBatch:
-    """``texts`` encoded with only the heads in ``needs`` (``"dense"``, ``"sparse"``); the encoder
-    is built on first use. A paired encoder runs only the models asked for."""
-    if not needs & {"dense", "sparse"} or not texts:
+    """``texts`` encoded into the representations in ``needs`` (``"text"`` needs none); the
+    encoder is built on first use, and runs only the models asked for."""
+    names = sorted(n for n in needs if n != "text")
+    if not names or not texts:
         return QueryBatch(texts)
-    enc = slot.get()
-    if isinstance(enc, PairedEncoder):
-        return QueryBatch(texts, dense=enc.dense.encode_queries(texts).dense if "dense" in needs else None,
-                          sparse=enc.sparse.encode_queries(texts).sparse if "sparse" in needs else None)
-    batch = enc.encode_queries(texts)
-    return QueryBatch(texts, dense=batch.dense if "dense" in needs else None,
-                      sparse=batch.sparse if "sparse" in needs else None)
+    enc = slot.get() if any(n not in REPRESENTATIONS for n in names) else None
+    return QueryBatch(texts, encode(enc, names, texts, queries=True).reps)
 
 
 class HitSource:
@@ -146,7 +148,7 @@ class HitSource:
 
     def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
         s, local = self.snap.locate(np.array([row]))
-        part = self.snap.segments[int(s[0])].sparse
+        part = self.snap.segments[int(s[0])].part("sparse")
         if part is None:
             return []
         d = part.forward[int(local[0])]

@@ -1,25 +1,22 @@
 """The per-segment BM25 store (index/bm25.py) and the BM25 retriever over it: scores equal to
 tantivy's on one index, several segments (or shards) under global statistics equal to one index,
 tombstones subtracted exactly, pre-filter masks, empty and stop-word queries, unicode, old
-segments without the store, and the numba and numpy paths agreeing bit for bit."""
+and the numba and numpy paths agreeing bit for bit."""
 
 from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _text_only import TextOnly, build
+from _text_only import build
 
-from hybridret import IndexWriter
 from hybridret.index.bm25 import FIELDNORMS, fieldnorm_to_id, id_to_fieldnorm
-from hybridret.index.segment import SEGMENT_FILE
+from hybridret.index.legacy.sparse import SparseIndex
 from hybridret.index.snapshot import open_snapshot
-from hybridret.index.sparse import SparseIndex
 from hybridret.retrievers import QueryBatch, score_rows, search_rows
 from hybridret.retrievers.bm25 import BM25Retriever, BM25Stats, bm25_tokens, collection_stats
 
@@ -163,8 +160,7 @@ def test_segments_with_global_stats_equal_one_index(tmp_path, docs):
     assert_same(ranked(many, QUERIES), ranked(one, QUERIES))
     # and the one-segment index equals tantivy's own BM25 of one tantivy index over every document
     # (a format-1 segment keeps the text in tantivy too)
-    snap = open_snapshot(build(tmp_path / "one-v1", docs, scheme="planes"))
-    tv = SparseIndex(snap.segments[0].root / "sparse")
+    tv = sparse_index(tmp_path / "one-v1", [d["text"] for d in docs])
     tv.bm25_store = None
     rows, scores = tv.search_bm25(QUERIES, K)
     for q, hits in enumerate(ranked(one, QUERIES)):
@@ -201,27 +197,7 @@ def test_shards_with_summed_stats_equal_one_index(tmp_path, docs):
     assert_same(merged, ranked(one, QUERIES))
 
 
-def test_segment_without_store_uses_tantivy(tmp_path, docs):
-    """A segment written before the store (format hybridret-sparse-v1 without ``bm25/``) is searched
-    through tantivy; compaction writes the store."""
-    path = build(tmp_path / "old", docs[:200], parts=2, scheme="planes")
-    seg = open_snapshot(path).segments[0].root
-    shutil.rmtree(seg / "sparse" / "bm25")
-    info = json.loads((seg / SEGMENT_FILE).read_text())
-    info["files"] = {k: v for k, v in info["files"].items() if not k.startswith("sparse/bm25/")}
-    (seg / SEGMENT_FILE).write_text(json.dumps(info))
-    snap = open_snapshot(path)
-    assert [s.sparse.bm25_store is None for s in snap.segments] == [True, False]
-    old = ranked(path, QUERIES)
-    fresh = ranked(build(tmp_path / "fresh", docs[:200]), QUERIES)
-    for a, b in zip(old, fresh):  # global idf, per-segment length normalisation: close, not equal
-        assert len(a) == len(b)
-        if a:
-            assert abs(a[0][1] - b[0][1]) <= 0.2 * b[0][1]
-    with IndexWriter(path, encoder=TextOnly()) as w:
-        w.compact()
-    assert open_snapshot(path).segments[0].sparse.bm25_store is not None
-    assert_same(ranked(path, QUERIES), fresh)
+# (a format-1 segment without the store, searched through tantivy: tests/test_legacy_format.py)
 
 
 # ------------------------------------------------------------------------------- real data
@@ -244,7 +220,7 @@ def test_store_caches_are_safe_under_threads(tmp_path, docs):
     """Many threads, many tombstone sets: the statistics cache and the score buffers are shared."""
     from concurrent.futures import ThreadPoolExecutor
 
-    store = open_snapshot(build(tmp_path / "t", docs)).segments[0].sparse.bm25_store
+    store = open_snapshot(build(tmp_path / "t", docs)).segments[0].part("bm25")
     rng = np.random.default_rng(3)
     sets = [np.sort(rng.choice(store.num_docs, 20, replace=False)) for _ in range(40)]
     want = [store.live_stats(d)[:2] for d in sets]

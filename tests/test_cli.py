@@ -75,7 +75,7 @@ def test_default_encode_cache_is_removed_after_a_build(built):
 def test_info_json_and_text(built, capsys):
     assert main(["-q", "info", str(built), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["num_docs"] == 4 and info["format_version"] == 2
+    assert info["num_docs"] == 4 and info["format_version"] == 3
     assert info["components"]["dense"]["factory"] == "Flat"
     assert main(["-q", "info", str(built)]) == 0
     assert "documents:  4" in capsys.readouterr().out
@@ -145,7 +145,7 @@ def test_corrupt_index_is_reported(built, tmp_path, capsys):
     copy = tmp_path / "copy"
     shutil.copytree(built, copy)
     gen = next(copy.glob("seg-*"))
-    (gen / "sparse" / "learned" / "forward.data.npy").write_bytes(b"garbage")
+    (gen / "sparse" / "forward.data.npy").write_bytes(b"garbage")
     assert main(["-q", "search", str(copy), "query"]) == 1
     assert "forward.data.npy" in capsys.readouterr().err
 

@@ -94,5 +94,5 @@ def test_keys_include_the_encoder(paired_encoder, small_corpus, tmp_path):
     assert found == []  # one folder may hold several encoders' vectors, never mixed
     mine = EncodingCache(cache, paired_encoder.config())
     found, rows = mine.get(mine.keys([small_corpus[0]["title"] + " " + small_corpus[0]["text"]]))
-    assert found == [0] and rows[0][0].shape == (paired_encoder.dense_dim,)
+    assert found == [0] and rows[0]["dense"].shape == (paired_encoder.dense_dim,) and rows[0]["sparse"].shape[0] == 1
     assert content_key({"a": 1}, "x") != content_key({"a": 2}, "x") != content_key({"a": 1}, "y")

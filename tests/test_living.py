@@ -473,33 +473,6 @@ def test_defaults_on_sparse_only_and_dense_only_indexes(sample_docs, queries):
     assert dense_only.search(queries[:3], k=5).method == "hybrid:dense"
 
 
-def test_format_1_index_reads_and_upgrades_on_first_write(paired_encoder, sample_docs, queries, cache, tmp_path):
-    path = tmp_path / "v1"
-    r = build(paired_encoder, sample_docs[:30], cache, path)
-    want = r.search(queries, k=K, method="hybrid")
-    manifest = json.loads((path / "manifest.json").read_text())
-    (seg,) = manifest["segments"]
-    old = path / seg["name"]
-    v1 = old.with_name("gen-20250101T000000-abcdef12")
-    old.rename(v1)
-    (v1 / "keys.npy").unlink()  # format-1 folders had no text hashes and no file list
-    (v1 / "segment.json").unlink()
-    for k in ("segments", "commit", "shape"):
-        manifest.pop(k)
-    manifest.update(format_version=1, generation=v1.name)
-    (path / "manifest.json").write_text(json.dumps(manifest))
-    del r
-    loaded = HybridRetriever.load(path, encoder=paired_encoder)
-    got = loaded.search(queries, k=K, method="hybrid")
-    np.testing.assert_array_equal(got.ids, want.ids)
-    loaded.add(sample_docs[30:35], encode_cache=cache)
-    after = json.loads((path / "manifest.json").read_text())
-    assert after["format_version"] == 2 and after["segments"][0]["name"] == v1.name
-    assert loaded.num_docs == 35
-    loaded.upsert([dict(sample_docs[0], metadata={"new": 1})])  # no stored text hash: compared by text
-    assert loaded.search(sample_docs[0]["text"], k=1, method="bm25")[0][0].metadata == {"new": 1}
-
-
 def test_cli_add_delete_compact_and_filtered_search(paired_encoder, sample_docs, cache, tmp_path, capsys):
     path = tmp_path / "idx"
     build(paired_encoder, sample_docs[:40], cache, path)
@@ -600,42 +573,3 @@ def test_get_documents_by_id(living, sample_docs):
         living.get([1])
 
 
-def test_sparse_format_1_index_searches_and_migrates_on_compact(paired_encoder, sample_docs, queries, cache, tmp_path,
-                                                                capsys):
-    """An index of today's sparse format 1 (bit planes, BM25 in tantivy, no BM25 store) is read as
-    it is; ``compact --migrate`` rewrites it in format 2 (tf grid + BM25 store) with the same
-    results, and later writes stay in format 2."""
-    path = tmp_path / "planes"
-    r = HybridRetriever(paired_encoder, sparse_scheme="planes").index(sample_docs[:150], encode_cache=cache,
-                                                                       workdir=path)
-    r.add(sample_docs[150:200], encode_cache=cache)
-    r.delete([d["id"] for d in sample_docs[:150:10]])
-    for seg in r.searcher.snapshot.segments:  # as written before the BM25 store existed
-        shutil.rmtree(seg.root / "sparse" / "bm25")
-        info = json.loads((seg.root / "segment.json").read_text())
-        info["files"] = {k: v for k, v in info["files"].items() if not k.startswith("sparse/bm25/")}
-        (seg.root / "segment.json").write_text(json.dumps(info))
-    del r
-    old = HybridRetriever.load(path, encoder=paired_encoder)
-    assert all(s.sparse.learned is None and s.sparse.bm25_store is None for s in old.searcher.snapshot.segments)
-    before = {m: old.search(queries, k=K, method=m) for m in ("dense", "sparse", "bm25", "hybrid")}
-    del old
-    assert main(["compact", str(path), "--migrate"]) == 0
-    capsys.readouterr()
-    new = HybridRetriever.load(path, encoder=paired_encoder)
-    (seg,) = new.searcher.snapshot.segments
-    assert seg.sparse.meta["format"] == "hybridret-sparse-v2" and seg.sparse.learned is not None
-    assert json.loads((path / "manifest.json").read_text())["settings"]["sparse_scheme"] == "tfgrid"
-    for m in ("dense", "sparse"):  # independent of segmentation and format: the same exact scores
-        got = new.search(queries, k=K, method=m)
-        np.testing.assert_allclose(got.scores, before[m].scores, rtol=1e-5, atol=1e-6)
-    fresh = build(paired_encoder, [d for d in sample_docs[:200] if d not in sample_docs[:150:10]], cache)
-    np.testing.assert_allclose(new.search(queries, k=K, method="bm25").scores,
-                               fresh.search(queries, k=K, method="bm25").scores, rtol=1e-5)
-    new.add(sample_docs[200:210], encode_cache=cache)
-    assert all(s.sparse.learned is not None for s in new.searcher.snapshot.segments)
-    del new
-    assert main(["compact", str(path), "--migrate"]) == 0  # merges the add; then nothing is left to do
-    capsys.readouterr()
-    assert main(["compact", str(path), "--migrate"]) == 0
-    assert "nothing to compact" in capsys.readouterr().out

@@ -266,7 +266,7 @@ def test_save_load_round_trip(saved_a, expected_a, retriever, small_corpus):
     loaded = HybridRetriever.load(saved_a)  # encoder rebuilt from the manifest
     assert loaded.num_docs == len(small_corpus)
     assert loaded.encoder.config() == retriever.encoder.config()
-    assert loaded.manifest["num_docs"] == len(small_corpus) and loaded.manifest["format_version"] == 2
+    assert loaded.manifest["num_docs"] == len(small_corpus) and loaded.manifest["format_version"] == 3
     assert_same_results(results(loaded), expected_a)
     hits = loaded.search(QUERIES[:1], k=1)[0]
     assert hits[0].text == small_corpus[23]["text"] and hits[0].matched_terms
@@ -333,12 +333,12 @@ def test_load_errors(saved_a, tmp_path):
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
-@pytest.mark.parametrize("name", ["learned/forward.data.npy", "learned/forward.indptr.npy", "learned/forward.indices.npy",
+@pytest.mark.parametrize("name", ["sparse/forward.data.npy", "sparse/forward.indptr.npy", "sparse/forward.indices.npy",
                                   "bm25/postings.docs.npy", "bm25/lengths.npy", "bm25/vocab.json"])
 def test_corrupt_forward_store(saved_a, tmp_path, name, damage):
     copy = copy_index(saved_a, tmp_path / "c")
     gen = json.loads((copy / "manifest.json").read_text())["segments"][0]["name"]
-    path = copy / gen / "sparse" / name
+    path = copy / gen / name
     size = path.stat().st_size
     if damage == "truncate":
         with open(path, "r+b") as fh:

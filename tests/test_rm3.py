@@ -4,11 +4,11 @@ brute-force weighted BM25 over the live documents (several segments, a tombstone
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import shutil
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +16,6 @@ from _text_only import build
 
 from hybridret.errors import ConfigError
 from hybridret.index.bm25 import K1, B, fieldnorm_to_id, id_to_fieldnorm
-from hybridret.index.segment import SEGMENT_FILE
 from hybridret.index.snapshot import open_snapshot
 from hybridret.retrievers import QueryBatch, score_rows, search_rows
 from hybridret.retrievers.bm25 import BM25Retriever, bm25_tokens
@@ -141,12 +140,8 @@ def test_expansion_changes_the_ranking(tmp_path):
 
 
 def test_segment_without_store_is_a_clear_error(tmp_path):
-    path = build(tmp_path / "ix", synthetic(30), scheme="planes")  # the format that predates the store
-    seg = open_snapshot(path).segments[0].root
-    shutil.rmtree(seg / "sparse" / "bm25")
-    info = json.loads((seg / SEGMENT_FILE).read_text())
-    info["files"] = {k: v for k, v in info["files"].items() if not k.startswith("sparse/bm25/")}
-    (seg / SEGMENT_FILE).write_text(json.dumps(info))
+    path = tmp_path / "ix"  # sparse format 1, written before the BM25 posting store (tests/data/legacy)
+    shutil.copytree(Path(__file__).parent / "data" / "legacy" / "format1-planes", path)
     snap = open_snapshot(path)
     assert not RM3Retriever().available(snap) and BM25Retriever().available(snap)
     with pytest.raises(ConfigError, match="compact"):

@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from hybridret.errors import ConfigError
-from hybridret.index.sparse import SparseIndex, SparseSearchStats
+from hybridret.index.legacy.sparse import SparseIndex, SparseSearchStats
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 POOL = SHARED / "msmarco-dl19-pool"

@@ -16,32 +16,41 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..encoders import EncodedBatch, Encoder
+from ..encoders.reps import stack_rows, take_rows
 from ..errors import EncoderError
 
 __all__ = ["BatchEncoder", "PrecomputedEncoder", "encoder_shape"]
 
 
 def encoder_shape(encoder: Encoder) -> dict[str, Any]:
-    """What a shard writer needs to know of the encoder without loading it: config and sizes."""
-    return {"config": encoder.config(), "dense_dim": encoder.dense_dim,
-            "vocab_size": len(encoder.vocab) if encoder.vocab is not None else None}
+    """What a shard writer needs to know of the encoder without loading it: its config and the
+    representations it makes (name -> kind and width)."""
+    return {"config": encoder.config(), "representations": encoder.representations()}
 
 
 class PrecomputedEncoder(Encoder):
-    """An encoder that only looks up encodings computed by someone else (by full text)."""
+    """An encoder that only looks up encodings computed by someone else (by full text), for every
+    representation named in ``shape["representations"]`` (registered ones included)."""
 
-    def __init__(self, shape: Mapping[str, Any], table: Mapping[str, tuple[np.ndarray | None, Any]] | None = None,
+    def __init__(self, shape: Mapping[str, Any], table: Mapping[str, Mapping[str, Any]] | None = None,
                  *, what: str = "shard") -> None:
         self._config = dict(shape["config"])
-        self.dense_dim = shape.get("dense_dim")
-        size = shape.get("vocab_size")
-        self.vocab = [""] * int(size) if size else None  # only its length is used by writers
+        self._reps = {n: dict(r) for n, r in (shape.get("representations") or {}).items()}
+        dense, sparse = self._reps.get("dense"), self._reps.get("sparse")
+        self.dense_dim = int(dense["dim"]) if dense else None
+        self.vocab = [""] * int(sparse["dim"]) if sparse else None  # only its length is used by writers
         self.table = dict(table or {})
         self.what = what
         self._loaded = True
 
     def config(self) -> dict[str, Any]:
         return dict(self._config)
+
+    def representations(self) -> dict[str, dict[str, Any]]:
+        return {n: dict(r) for n, r in self._reps.items()}
+
+    def heads(self) -> tuple[str, ...]:
+        return tuple(self._reps)
 
     def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,
                        show_progress: bool | None = None) -> EncodedBatch:
@@ -55,16 +64,18 @@ class PrecomputedEncoder(Encoder):
                                f"(first: {missing[0][:60]!r}); the coordinator or the build's encoding step must "
                                "encode them")
         rows = [self.table[t] for t in texts]
-        dense = np.stack([r[0] for r in rows]).astype(np.float32) if self.dense_dim else None
-        sparse = sp.vstack([r[1] for r in rows], format="csr").astype(np.float32) if self.vocab else None
-        return EncodedBatch(dense=dense, sparse=sparse)
+        return EncodedBatch({name: stack_rows(spec["kind"], [r[name] for r in rows])
+                             for name, spec in self._reps.items() if rows and name in rows[0]})
 
 
-def encodings_table(texts: Sequence[str], batch: EncodedBatch) -> dict[str, tuple[np.ndarray | None, Any]]:
-    """``{text: (dense row, sparse 1-row CSR)}`` of an encoded batch (what a shard writer looks up)."""
-    sparse = batch.sparse.tocsr() if batch.sparse is not None else None
-    return {t: (None if batch.dense is None else batch.dense[i], None if sparse is None else sparse[i])
-            for i, t in enumerate(texts)}
+def encodings_table(texts: Sequence[str], batch: EncodedBatch) -> dict[str, dict[str, Any]]:
+    """``{text: {representation: its row}}`` of an encoded batch (what a shard writer looks up)."""
+    out: dict[str, dict[str, Any]] = {t: {} for t in texts}
+    for name, values in batch.reps.items():
+        kind = "sparse" if sp.issparse(values) else "dense"
+        for i, t in enumerate(texts):
+            out[t][name] = take_rows(kind, values, [i])
+    return out
 
 
 class BatchEncoder:

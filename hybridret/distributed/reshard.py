@@ -32,7 +32,10 @@ def reshard(source: str | Path, output: str | Path, shards: int, *, ids: Iterabl
         raise IndexExistsError(f"{output} already holds a sharded index; pass overwrite=True")
     snap = open_snapshot(source)
     m = snap.manifest
-    shape = {"config": m.get("encoder"), **(m.get("shape") or {})}
+    from ..indexer import DEFAULT_SETTINGS, IndexWriter, Layout, stored_values
+
+    layout = Layout.of(m)
+    shape = {"config": m.get("encoder"), "representations": layout.reps}
     if shape["config"] is None:
         raise ConfigError(f"{source} records no encoder; it cannot be resharded")
     wanted = list(ids) if ids is not None else snap.live_ids()
@@ -48,13 +51,10 @@ def reshard(source: str | Path, output: str | Path, shards: int, *, ids: Iterabl
         doc = Document(id=doc_id, text=text, title=title, metadata=meta)
         s = shard_of(doc_id, shards)
         groups[s].append(doc)
-        tables[s][doc.full_text] = (np.asarray(segment.dense.vectors[r]) if segment.dense is not None else None,
-                                    segment.sparse.forward[r] if segment.sparse is not None else None)
+        tables[s][doc.full_text] = stored_values(segment, np.array([r]), layout, required=True)
     empty = [shard_name(i) for i, g in enumerate(groups) if not g]
     if empty:
         raise ConfigError(f"{len(wanted)} documents leave {', '.join(empty)} empty; use fewer shards")
-    from ..indexer import DEFAULT_SETTINGS, IndexWriter
-
     base = {k: v for k, v in (m.get("settings") or {}).items() if k in DEFAULT_SETTINGS}
     base.update(settings or {})
     for i in range(shards):

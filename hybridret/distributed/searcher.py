@@ -369,7 +369,7 @@ class ShardedSearcher:
         return out_keys, fused, out_ids, comps
 
     def _vectors(self, table_keys: np.ndarray, commits: list[int]) -> np.ndarray:
-        dim = int(next(i["shape"]["dense_dim"] for i in self._infos))
+        dim = int(next(i["representations"]["dense"]["dim"] for i in self._infos))
         out = np.zeros((len(table_keys), dim), dtype=np.float32)
         shard, row = split_key(table_keys)
         owners = sorted(set(shard.tolist()))
@@ -422,7 +422,7 @@ class ShardedSearcher:
         table = encodings_table(texts, self._encoder.get().encode_documents(texts, show_progress=False)) if texts \
             else {}
         info = self._infos[0]
-        shape = {"config": self.layout.encoder or info["encoder"], **info["shape"]}
+        shape = {"config": self.layout.encoder or info["encoder"], "representations": info["representations"]}
         args = [(groups[s], mode, shape, {d.full_text: table[d.full_text] for d in groups[s] if d.full_text in table})
                 for s in touched]
         results = self._call("write", args, touched)

@@ -93,7 +93,7 @@ class ShardServer:
         return {"name": self.name, "commit": snap.commit, "num_docs": snap.num_docs, "num_deleted": snap.num_deleted,
                 "segments": len(snap.segments), "saved_at": m.get("saved_at"), "encoder": m.get("encoder"),
                 "components": m.get("components", {}), "fusion": m.get("fusion"), "available": available,
-                "dense_metrics": metrics, "shape": m.get("shape"), "settings": m.get("settings")}
+                "dense_metrics": metrics, "representations": m.get("representations"), "settings": m.get("settings")}
 
     def refresh(self) -> int:
         self.searcher.refresh()

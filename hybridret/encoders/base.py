@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,24 +25,46 @@ def loaded(attr: str, doc: str) -> Any:
     return property(get, doc=doc)
 
 
-@dataclass
 class EncodedBatch:
-    """What an encoder returns for ``n`` texts.
+    """What an encoder returns for ``n`` texts: each representation by name.
 
-    ``dense`` is float32 ``(n, d)`` (L2-normalised for the default models) and ``sparse`` a float32
-    CSR matrix ``(n, vocab_size)`` of term weights; either is ``None`` when the encoder has no such
-    head.
+    The built-in heads are ``"dense"`` (float32 ``(n, d)``, L2-normalised for the default models)
+    and ``"sparse"`` (a float32 CSR matrix ``(n, vocab_size)`` of term weights); an encoder (or a
+    registered :class:`~hybridret.encoders.reps.Representation`) may add others. ``dense=`` and
+    ``sparse=`` are accepted as keywords and read as attributes (``None`` when absent).
+    ``len(batch)`` is the number of texts.
     """
 
-    dense: np.ndarray | None = None
-    sparse: sp.csr_matrix | None = None
+    def __init__(self, reps: Mapping[str, Any] | None = None, **named: Any) -> None:
+        merged = dict(reps or {})
+        merged.update(named)
+        self.reps: dict[str, Any] = {k: v for k, v in merged.items() if v is not None}
+
+    def get(self, name: str) -> Any:
+        return self.reps.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.reps
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.reps)
+
+    @property
+    def dense(self) -> np.ndarray | None:
+        return self.reps.get("dense")
+
+    @property
+    def sparse(self) -> sp.csr_matrix | None:
+        return self.reps.get("sparse")
 
     def __len__(self) -> int:
-        if self.dense is not None:
-            return int(self.dense.shape[0])
-        if self.sparse is not None:
-            return int(self.sparse.shape[0])
+        for v in self.reps.values():
+            return int(v.shape[0])
         return 0
+
+    def __repr__(self) -> str:
+        return f"EncodedBatch({len(self)} rows, reps={sorted(self.reps)})"
 
 
 class Encoder(ABC):
@@ -94,6 +115,25 @@ class Encoder(ABC):
     @abstractmethod
     def config(self) -> dict[str, Any]:
         """A JSON-serialisable description from which :func:`encoder_from_config` rebuilds the encoder."""
+
+    def representations(self) -> dict[str, dict[str, Any]]:
+        """What this encoder makes, by name: ``{"kind": "dense" | "sparse", "dim": width}`` each
+        (loads the models of lazy encoders to learn the sizes)."""
+        out: dict[str, dict[str, Any]] = {}
+        if self.has_dense:
+            out["dense"] = {"kind": "dense", "dim": int(self.dense_dim)}  # type: ignore[arg-type]
+        if self.has_sparse:
+            out["sparse"] = {"kind": "sparse", "dim": len(self.vocab)}  # type: ignore[arg-type]
+        return out
+
+    def heads(self) -> tuple[str, ...]:
+        """The names of the representations this encoder makes, without loading any model."""
+        return tuple(n for n, has in (("dense", self.has_dense), ("sparse", self.has_sparse)) if has)
+
+    def only(self, names: set[str] | frozenset[str]) -> Encoder:
+        """An encoder that makes at least the representations ``names``, and as few others as it
+        can (a paired encoder returns the one model that suffices); default: itself."""
+        return self
 
     @property
     def has_dense(self) -> bool:

@@ -8,7 +8,8 @@ under the same id gets a new key and is always re-encoded. One folder may serve 
 (the config is part of the key) and any chunking or document order.
 
 Layout: ``cache.json`` (the format) and ``enc-<n>.npz`` files, each holding the keys of a batch of
-documents, their dense matrix and their sparse CSR arrays. Every file is written to a temporary
+documents and each representation by name: ``<name>.vectors`` for a dense one, ``<name>.data`` /
+``.indices`` / ``.indptr`` / ``.shape`` (CSR arrays) for a sparse one. Every file is written to a temporary
 name and renamed, so a file is either complete or absent; unreadable files are skipped with a
 warning and their documents re-encoded.
 """
@@ -34,7 +35,7 @@ __all__ = ["EncodingCache", "content_key"]
 
 logger = logging.getLogger(__name__)
 
-FORMAT = "hybridret-encoding-cache-v2"
+FORMAT = "hybridret-encoding-cache-v3"
 _KEY_BYTES = 20
 
 
@@ -66,8 +67,9 @@ class EncodingCache:
             if not isinstance(found, dict) or found.get("format") != FORMAT:
                 logger.warning("%s holds an encoding cache of another format (%s); starting a new one there",
                                self.root, found.get("format") if isinstance(found, dict) else found)
-                for old in self.root.glob("chunk-*.npz"):
-                    old.unlink(missing_ok=True)
+                for pattern in ("chunk-*.npz", "enc-*.npz"):
+                    for old in self.root.glob(pattern):
+                        old.unlink(missing_ok=True)
                 self._write_meta(meta_file)
         else:
             self._write_meta(meta_file)
@@ -99,10 +101,11 @@ class EncodingCache:
                 self._loaded = (name, {k: z[k] for k in z.files})
         return self._loaded[1]
 
-    def get(self, keys: Sequence[bytes]) -> tuple[list[int], list[tuple[np.ndarray | None, sp.csr_matrix | None]]]:
-        """Positions of ``keys`` found in the cache and, for each, ``(dense row, sparse 1-row CSR)``."""
+    def get(self, keys: Sequence[bytes]) -> tuple[list[int], list[dict[str, Any]]]:
+        """Positions of ``keys`` found in the cache and, for each, its representations by name (a
+        dense row ``(dim,)`` or a 1-row CSR matrix)."""
         found: list[int] = []
-        rows: list[tuple[np.ndarray | None, sp.csr_matrix | None]] = []
+        rows: list[dict[str, Any]] = []
         for i, key in enumerate(keys):
             where = self._where.get(key)
             if where is None:
@@ -114,15 +117,8 @@ class EncodingCache:
                 logger.warning("unreadable cache file %s (%s); re-encoding", where[0], exc)
                 self.misses += 1
                 continue
-            r = where[1]
-            dense = z["dense"][r] if "dense" in z else None
-            sparse = None
-            if "sp_data" in z:
-                lo, hi = int(z["sp_indptr"][r]), int(z["sp_indptr"][r + 1])
-                sparse = sp.csr_matrix((z["sp_data"][lo:hi], z["sp_indices"][lo:hi], [0, hi - lo]),
-                                       shape=(1, int(z["sp_shape"][1])))
             found.append(i)
-            rows.append((dense, sparse))
+            rows.append(_row(z, where[1]))
             self.hits += 1
         return found, rows
 
@@ -131,12 +127,14 @@ class EncodingCache:
         if not keys:
             return
         arrays: dict[str, np.ndarray] = {"keys": np.frombuffer(b"".join(keys), np.uint8).reshape(len(keys), -1)}
-        if batch.dense is not None:
-            arrays["dense"] = np.ascontiguousarray(batch.dense, dtype=np.float32)
-        if batch.sparse is not None:
-            s = batch.sparse.tocsr()
-            arrays.update(sp_data=s.data.astype(np.float32), sp_indices=s.indices.astype(np.int32),
-                          sp_indptr=s.indptr.astype(np.int64), sp_shape=np.array(s.shape, dtype=np.int64))
+        for name, values in batch.reps.items():
+            if sp.issparse(values):
+                s = sp.csr_matrix(values)
+                arrays.update({f"{name}.data": s.data.astype(np.float32), f"{name}.indices": s.indices.astype(np.int32),
+                               f"{name}.indptr": s.indptr.astype(np.int64),
+                               f"{name}.shape": np.array(s.shape, dtype=np.int64)})
+            else:
+                arrays[f"{name}.vectors"] = np.ascontiguousarray(values, dtype=np.float32)
         name = f"enc-{uuid.uuid4().hex}.npz"
         tmp = self.root / f"tmp-{os.getpid()}-{name}"
         np.savez(tmp, **arrays)
@@ -146,3 +144,17 @@ class EncodingCache:
 
     def nbytes(self) -> int:
         return sum(p.stat().st_size for p in self.root.glob("enc-*.npz"))
+
+
+def _row(z: dict[str, np.ndarray], r: int) -> dict[str, Any]:
+    """Row ``r`` of every representation stored in one cache file."""
+    out: dict[str, Any] = {}
+    for key in z:
+        name, _, what = key.rpartition(".")
+        if what == "vectors":
+            out[name] = z[key][r]
+        elif what == "data":
+            lo, hi = int(z[f"{name}.indptr"][r]), int(z[f"{name}.indptr"][r + 1])
+            out[name] = sp.csr_matrix((z[key][lo:hi], z[f"{name}.indices"][lo:hi], [0, hi - lo]),
+                                      shape=(1, int(z[f"{name}.shape"][1])))
+    return out

@@ -40,6 +40,13 @@ class PairedEncoder(Encoder):
     def has_sparse(self) -> bool:
         return True
 
+    def only(self, names: set[str] | frozenset[str]) -> Encoder:
+        if "sparse" not in names:
+            return self.dense
+        if "dense" not in names:
+            return self.sparse
+        return self
+
     def _loaded_runners(self) -> list[Any]:
         return self.dense._loaded_runners() + self.sparse._loaded_runners()
 

@@ -1,6 +1,8 @@
-"""Indexes: FAISS dense vectors, tantivy learned-sparse + BM25, document store, manifest."""
+"""Index storage: segments of named parts (FAISS dense vectors, learned-sparse terms, BM25 postings)."""
 
+from .bm25 import BM25Store
 from .dense import DenseIndex
-from .sparse import SparseIndex
+from .learned import LearnedIndex
+from .legacy.sparse import SparseIndex
 
-__all__ = ["DenseIndex", "SparseIndex"]
+__all__ = ["BM25Store", "DenseIndex", "LearnedIndex", "SparseIndex"]

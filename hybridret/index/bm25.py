@@ -217,6 +217,9 @@ class BM25Store:
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
         self.total_len = int(self.lengths.astype(np.int64).sum())
+        from ._tantivy import bm25_analyzer
+
+        self.analyzer = bm25_analyzer()  # how query texts are analysed for this store
         self._live_cache: dict[bytes, tuple[int, int, np.ndarray]] = {}
         self._tf_cache: tuple[float, np.ndarray] | None = None
         self._scratch: list[tuple[np.ndarray, np.ndarray]] = []

@@ -208,6 +208,12 @@ class DenseIndex:
     def num_docs(self) -> int:
         return int(self.vectors.shape[0])
 
+    def check(self) -> list[str]:
+        """The values check of ``info --check``: every stored vector finite."""
+        bad = int(sum(int((~np.isfinite(np.asarray(self.vectors[a:a + 65536]))).any(axis=1).sum())
+                      for a in range(0, self.num_docs, 65536)))
+        return [f"{self.root}/vectors.npy: {bad} vectors hold NaN or infinity"] if bad else []
+
     @property
     def dim(self) -> int:
         return int(self.vectors.shape[1])

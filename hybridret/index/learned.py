@@ -374,6 +374,13 @@ class LearnedIndex:
     def num_docs(self) -> int:
         return int(self.forward.shape[0])
 
+    def check(self) -> list[str]:
+        """The values check of ``info --check``: learned weights finite and non-negative."""
+        data = np.asarray(self.forward.data)
+        if not np.isfinite(data).all() or (data < 0).any():
+            return [f"{self.root}: learned weights that are negative, NaN or infinite"]
+        return []
+
     # -- pieces -------------------------------------------------------------------------------
     def _term_query(self, t: int) -> Any:
         q = self._tq[t]

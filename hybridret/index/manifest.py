@@ -1,9 +1,11 @@
 """The index directory: a manifest, written last and atomically, listing immutable segments.
 
-Layout (format 2)::
+Layout (format 3)::
 
-    DIR/manifest.json        format version, commit number, library versions, settings, segments
-    DIR/seg-<id>/            one immutable segment: docids.txt, texts.*, metadata.jsonl, dense/, sparse/
+    DIR/manifest.json        format version, commit number, library versions, settings, the parts
+                             every segment has and the representations they are built from, segments
+    DIR/seg-<id>/            one immutable segment: docids.txt, texts.*, metadata.jsonl, keys.npy,
+                             segment.json and one folder per part (dense/, sparse/, bm25/, ...)
     DIR/seg-<id>/deleted-<commit>.npy   the segment's tombstones as of that commit (sorted rows)
     DIR/write.lock           held (flock) by the one writer; see :mod:`hybridret.index.lock`
     DIR/leases/              readers' leases: files a live reader uses are never deleted under it
@@ -14,7 +16,9 @@ files, so a crash at any point leaves the previous state readable; afterwards th
 complete. Files no manifest or live lease names are removed after a commit.
 
 Format 1 (one ``gen-<id>/`` folder named by ``"generation"``) reads as one segment without
-tombstones; the first write to such an index writes a format-2 manifest over the same folder.
+tombstones; format 2 segments keep learned terms and BM25 in one ``sparse/`` folder. Both open as
+named parts without rewriting (:mod:`.legacy`); the first write commits a format-3 manifest over
+the same folders, and ``compact(migrate=True)`` rewrites the segments.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from .._version import __version__
-from ..errors import IndexExistsError, IndexFormatError, IndexNotFoundError
+from ..errors import IndexFormatError, IndexNotFoundError
 from .storage import atomic_write_json, fsync_dir, read_json
 
 __all__ = ["FORMAT_VERSION", "MANIFEST", "collect_garbage", "commit", "library_versions", "link_file", "link_tree",
@@ -39,7 +43,7 @@ __all__ = ["FORMAT_VERSION", "MANIFEST", "collect_garbage", "commit", "library_v
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 BUILDING = ".building"  # marker inside a segment that is still being written
 LEASES = "leases"
@@ -215,8 +219,9 @@ def _v1_to_v2(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
 
 
 def read_manifest(root: str | Path) -> dict[str, Any]:
-    """The manifest of ``root`` as format 2 (a format-1 manifest is read as one segment), checked:
-    segment names are plain folder names inside ``root`` and every segment folder exists."""
+    """The manifest of ``root`` as format 3 (a format-1 manifest is read as one segment; format 1
+    and 2 get the ``parts`` and ``representations`` tables their settings imply), checked: segment
+    names are plain folder names inside ``root`` and every segment folder exists."""
     root = Path(root)
     if not root.exists():
         raise IndexNotFoundError(f"no index at {root}: directory does not exist")
@@ -236,6 +241,13 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
         )
     if version == 1:
         manifest = _v1_to_v2(manifest, path)
+    if version < 3:  # parts and representations as format 3 names them (legacy/__init__.py)
+        from .legacy import upgrade_manifest
+
+        manifest = upgrade_manifest(manifest, root)
+    for key in ("parts", "representations"):
+        if not isinstance(manifest.get(key), dict):
+            raise IndexFormatError(f"{path}: no {key} table")
     segments = manifest.get("segments")
     if not isinstance(segments, list):
         raise IndexFormatError(f"{path}: no segment list")
@@ -257,8 +269,3 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
             logger.warning("index at %s was written with %s %s; this is %s", root, lib, saved[lib], now[lib])
     return manifest
 
-
-def require_absent(root: str | Path, overwrite: bool) -> None:
-    """Refuse to write a new index over an existing one unless ``overwrite``."""
-    if (Path(root) / MANIFEST).exists() and not overwrite:
-        raise IndexExistsError(f"an index already exists at {root}; pass overwrite=True (CLI: --overwrite)")

@@ -2,9 +2,9 @@
 
 A segment folder holds ``docids.txt`` and the text store (:mod:`.docstore`), ``metadata.jsonl``
 (:mod:`.metadata`), ``keys.npy`` (a 16-byte hash of each document's encoded text, so an unchanged
-text is never encoded again), ``dense/`` (:mod:`.dense`) and ``sparse/`` (:mod:`.sparse`: learned
-terms and BM25). Nothing in it changes after its commit; deletions are tombstone files beside it
-(``deleted-<commit>.npy``, named by the manifest).
+text is never encoded again) and one folder per named part (:mod:`.parts`: ``dense/``, ``sparse/``,
+``bm25/``, ...), listed with its format in ``segment.json``. Nothing in it changes after its
+commit; deletions are tombstone files beside it (``deleted-<commit>.npy``, named by the manifest).
 """
 
 from __future__ import annotations
@@ -13,19 +13,18 @@ import hashlib
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..encoders import EncodedBatch
-from ..errors import IndexFormatError
-from .dense import DenseIndex
+from ..errors import ConfigError, IndexFormatError
 from .docstore import DocStore, DocStoreWriter
+from .legacy import open_legacy_parts
 from .metadata import MetadataColumns, MetadataWriter, read_metadata
-from .sparse import SparseIndex
+from .parts import TEXT, PartSpec, check_name, open_part, part_type
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["Segment", "SegmentWriter", "check_files", "file_list", "text_key"]
@@ -33,7 +32,8 @@ __all__ = ["Segment", "SegmentWriter", "check_files", "file_list", "text_key"]
 logger = logging.getLogger(__name__)
 
 KEY_BYTES = 16
-FORMAT = "hybridret-segment-v1"
+FORMAT = "hybridret-segment-v2"  # lists its parts (index format 3)
+FORMAT_V1 = "hybridret-segment-v1"  # format 2: dense/ and sparse/ folders
 SEGMENT_FILE = "segment.json"
 _QUICK_HASH = 1 << 20  # files up to this size are checksummed at every load
 _UNLISTED = (".building", ".managed.json", SEGMENT_FILE)  # tantivy rewrites .managed.json when it opens
@@ -86,56 +86,61 @@ def text_key(text: str) -> bytes:
 
 
 class SegmentWriter:
-    """Streams encoded documents into a new segment folder; :meth:`close` finishes every part."""
+    """Streams encoded documents into a new segment folder; :meth:`close` finishes every part.
 
-    def __init__(self, root: Path, *, dense_dim: int | None, vocab_size: int | None, settings: dict[str, Any]) -> None:
+    ``parts`` (name -> :class:`~.parts.PartSpec`) are the parts to write, each in the folder of its
+    name, built from its source: ``reps[source]`` gives a representation's kind and width (the
+    values come with each :meth:`add`), ``"text"`` the documents' full texts."""
+
+    def __init__(self, root: Path, *, parts: Mapping[str, PartSpec], reps: Mapping[str, Mapping[str, Any]],
+                 store_text: bool) -> None:
         self.root = root
-        s = settings
-        self.docs = DocStoreWriter(root, store_text=s["store_text"])
+        self.specs = dict(parts)
+        self.docs = DocStoreWriter(root, store_text=store_text)
         self.meta = MetadataWriter(root)
         self.keys = NpyAppender(root / "keys.npy", np.uint8, (KEY_BYTES,))
-        self.dense = self.sparse = None
+        self.builders: dict[str, Any] = {}
         self.count = 0
         try:
-            if dense_dim:
-                self.dense = DenseIndex.create(root / "dense", int(dense_dim), factory=s["faiss_factory"],
-                                               metric=s["faiss_metric"])
-            if vocab_size is not None or s["bm25"]:
-                slots = {"bits" if s["sparse_scheme"] == "planes" else "buckets": s["sparse_bits"]}
-                self.sparse = SparseIndex.create(root / "sparse", vocab_size or 1, scheme=s["sparse_scheme"], **slots,
-                                                 max_weight=s["sparse_max_weight"], bm25=s["bm25"])
+            for name, spec in self.specs.items():
+                check_name(name)
+                pt = part_type(spec.format)
+                dim = None
+                if spec.source != TEXT:
+                    if spec.source not in reps:
+                        raise ConfigError(f"part {name!r} is built from representation {spec.source!r}, which this "
+                                          f"index does not have (it has {', '.join(reps) or 'none'})")
+                    dim = int(reps[spec.source]["dim"])
+                self.builders[name] = pt.create(root / name, dim, spec.options)
         except BaseException:
             self.abort()
             raise
-        self.has_sparse_vectors = vocab_size is not None
 
     def add(self, ids: Sequence[str], titles: Sequence[str], texts: Sequence[str], full_texts: Sequence[str],
             metadata: Sequence[dict[str, Any]], enc: EncodedBatch, keys: Sequence[bytes]) -> None:
         n = len(ids)
+        for name, spec in self.specs.items():
+            if spec.source != TEXT and spec.source not in enc:
+                raise ConfigError(f"part {name!r} needs representation {spec.source!r}, which the encodings lack")
         self.docs.add(list(ids), list(titles), list(texts))
         self.meta.add(list(metadata))
         self.keys.append(np.frombuffer(b"".join(keys), dtype=np.uint8).reshape(n, KEY_BYTES))
-        if self.dense is not None:
-            self.dense.add(enc.dense)
-        if self.sparse is not None:
-            weights = enc.sparse if self.has_sparse_vectors and enc.sparse is not None else \
-                sp.csr_matrix((n, self.sparse.vocab_size), dtype=np.float32)
-            self.sparse.add(weights, list(full_texts))
+        for name, spec in self.specs.items():
+            self.builders[name].add(list(full_texts) if spec.source == TEXT else enc.get(spec.source))
         self.count += n
 
     def close(self) -> None:
         self.docs.close()
         self.meta.close()
         self.keys.close()
-        if self.dense is not None:
-            self.dense.close()
-        if self.sparse is not None:
-            self.sparse.close()
-        atomic_write_json(self.root / SEGMENT_FILE, {"format": FORMAT, "num_docs": self.count,
-                                                     "files": file_list(self.root)})
+        for builder in self.builders.values():
+            builder.close()
+        atomic_write_json(self.root / SEGMENT_FILE, {
+            "format": FORMAT, "num_docs": self.count,
+            "parts": {name: spec.format for name, spec in self.specs.items()}, "files": file_list(self.root)})
 
     def abort(self) -> None:
-        for part in (self.docs, self.keys, self.dense, self.sparse):
+        for part in (self.docs, self.keys, *self.builders.values()):
             if part is not None:
                 try:
                     part.abort()
@@ -145,18 +150,24 @@ class SegmentWriter:
 
 
 class Segment:
-    """A committed segment, opened read-only. Every part is opened eagerly (a reader must not
-    find a file gone later), and nothing is written afterwards, so one instance serves any number
-    of threads and snapshots."""
+    """A committed segment, opened read-only: its documents and a ``dict`` of named parts. Every
+    part is opened eagerly (a reader must not find a file gone later), and nothing is written
+    afterwards, so one instance serves any number of threads and snapshots.
+
+    Segments written since format 3 list their parts in ``segment.json`` (each opened by the
+    reader its ``meta.json`` names); older folders are opened as named parts by
+    :func:`~.legacy.open_legacy_parts`."""
 
     def __init__(self, root: str | Path, num_docs: int, *, device: str | None = None) -> None:
         self.root = Path(root)
         self.name = self.root.name
         self.num_docs = int(num_docs)
         self.files: dict[str, dict[str, Any]] | None = None
+        listed: dict[str, str] | None = None
         if (self.root / SEGMENT_FILE).is_file():  # absent in format-1 folders
             info = read_json(self.root / SEGMENT_FILE)
-            if not isinstance(info, dict) or info.get("format") != FORMAT or info.get("num_docs") != self.num_docs:
+            if not isinstance(info, dict) or info.get("format") not in (FORMAT, FORMAT_V1) or \
+                    info.get("num_docs") != self.num_docs:
                 raise IndexFormatError(f"{self.root / SEGMENT_FILE} does not describe a segment of {self.num_docs} "
                                        "documents")
             self.files = dict(info.get("files") or {})
@@ -164,12 +175,20 @@ class Segment:
             if problems:
                 raise IndexFormatError("; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)"
                                                                   if len(problems) > 3 else ""))
+            if info.get("format") == FORMAT:
+                listed = info.get("parts")
+                if not isinstance(listed, dict):
+                    raise IndexFormatError(f"{self.root / SEGMENT_FILE} lists no parts")
         self.docs = DocStore(self.root, expected=self.num_docs)
-        self.dense = DenseIndex(self.root / "dense", device=device) if (self.root / "dense").is_dir() else None
-        self.sparse = SparseIndex(self.root / "sparse") if (self.root / "sparse").is_dir() else None
-        for name, part in (("dense", self.dense), ("sparse", self.sparse)):
-            if part is not None and part.num_docs != self.num_docs:
-                raise IndexFormatError(f"{self.root}: {name} index holds {part.num_docs} documents, "
+        if listed is not None:
+            self.parts: dict[str, Any] = {name: open_part(self.root / check_name(name), str(fmt), device=device)
+                                          for name, fmt in listed.items()}
+        else:
+            self.parts = open_legacy_parts(self.root, device=device)
+        self.layout = "parts" if listed is not None else "legacy"
+        for name, part in self.parts.items():
+            if part.num_docs != self.num_docs:
+                raise IndexFormatError(f"{self.root}: {name} part holds {part.num_docs} documents, "
                                        f"expected {self.num_docs}")
         rows = read_metadata(self.root, self.num_docs)
         self.metadata = rows
@@ -179,6 +198,20 @@ class Segment:
             self.keys = np.asarray(load_npy(self.root / "keys.npy", mmap=False))
             if self.keys.shape != (self.num_docs, KEY_BYTES):
                 raise IndexFormatError(f"{self.root}/keys.npy does not match the segment's {self.num_docs} documents")
+
+    def part(self, name: str) -> Any:
+        """The part ``name`` (``None`` when this segment has none)."""
+        return self.parts.get(name)
+
+    @property
+    def dense(self) -> Any:
+        """Shorthand for ``part("dense")``."""
+        return self.parts.get("dense")
+
+    @property
+    def sparse(self) -> Any:
+        """Shorthand for ``part("sparse")`` (the learned-sparse part)."""
+        return self.parts.get("sparse")
 
     def metadata_of(self, row: int) -> dict[str, Any]:
         return dict(self.metadata[row]) if self.metadata is not None else {}
@@ -190,15 +223,10 @@ class Segment:
         """A full check: every file against its checksum, and the values inside (finite vectors and
         weights, readable texts and metadata). Slow on big segments; ``hybridret info --check``."""
         problems = check_files(self.root, self.files, full=True) if self.files is not None else []
-        if self.dense is not None:
-            bad = int(sum(int((~np.isfinite(np.asarray(self.dense.vectors[a:a + 65536]))).any(axis=1).sum())
-                          for a in range(0, self.num_docs, 65536)))
-            if bad:
-                problems.append(f"{self.root}/dense/vectors.npy: {bad} vectors hold NaN or infinity")
-        if self.sparse is not None:
-            data = np.asarray(self.sparse.forward.data)
-            if not np.isfinite(data).all() or (data < 0).any():
-                problems.append(f"{self.root}/sparse: learned weights that are negative, NaN or infinite")
+        for part in self.parts.values():
+            check = getattr(part, "check", None)
+            if check is not None:
+                problems.extend(check())
         for row in range(self.num_docs) if self.docs.has_text else ():
             try:
                 self.docs.get(row)

@@ -122,10 +122,6 @@ class Snapshot:
         """Release the lease now (otherwise when the snapshot is garbage-collected)."""
         self._finalizer()
 
-    @property
-    def has_bm25(self) -> bool:
-        return any(s.sparse is not None and s.sparse.meta.get("bm25") for s in self.segments)
-
 
 def open_snapshot(root: str | Path, *, device: str | None = None, reuse: dict[str, Segment] | None = None,
                   retries: int = 3) -> Snapshot:

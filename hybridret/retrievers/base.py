@@ -19,8 +19,9 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
 
+    from ..encoders.reps import Representation
     from ..filters import Filter
-    from ..index.segment import Segment
+    from ..index.parts import PartType
     from ..index.snapshot import Snapshot
 
 __all__ = ["EXHAUSTIVE_MAX", "QueryBatch", "Retriever", "allowed_mask", "score_rows", "search_rows"]
@@ -75,20 +76,32 @@ class Retriever(ABC):
     """One way of ranking documents (dense, learned sparse, BM25, ...). Stateless: everything a
     search needs is in the snapshot and the queries, so one instance serves every thread.
 
-    ``needs`` is what the queries must carry: ``"dense"``, ``"sparse"`` or ``"text"``.
+    ``needs`` is what the queries must carry: a representation name (``"dense"``, ``"sparse"``, or
+    the retriever's own) or ``"text"``. ``part`` is the segment part it reads (default: its name).
+    A retriever that brings a part format of its own sets ``part_type`` (every index built while it
+    is registered then writes that part, from ``needs``), and one whose representation no encoder
+    makes sets ``representation``; :func:`hybridret.retrievers.register` registers both.
     ``positive_only``: a score of 0 means "no match" and such rows are never returned.
     """
 
     name: ClassVar[str]
     needs: ClassVar[str]
+    part: ClassVar[str] = ""
+    part_type: ClassVar[PartType | None] = None
+    representation: ClassVar[Representation | None] = None
     positive_only: ClassVar[bool] = True
     # a segment with at most this many allowed rows is scored exhaustively (exact, and cheaper than
     # a deep fetch); retrievers whose exact scoring is expensive lower it
     exhaustive_max: ClassVar[int] = EXHAUSTIVE_MAX
 
-    @abstractmethod
+    @property
+    def part_name(self) -> str:
+        """The segment part this retriever reads."""
+        return self.part or self.name
+
     def available(self, snap: Snapshot) -> bool:
-        """Whether every segment of the snapshot has what this retriever searches."""
+        """Whether every segment of the snapshot has the part this retriever reads."""
+        return bool(snap.segments) and all(s.part(self.part_name) is not None for s in snap.segments)
 
     def prepare(self, snap: Snapshot, q: QueryBatch, stats: Any = None) -> Any:  # stats: BM25's only
         """Per-call context shared by all segments (e.g. collection statistics); default none."""
@@ -102,9 +115,6 @@ class Retriever(ABC):
     @abstractmethod
     def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
         """Exact scores of local rows ``rows`` (``(nq, m)``, ``-1`` = none) of segment ``i``."""
-
-    def segment_part(self, seg: Segment) -> Any:  # pragma: no cover - overridden
-        return None
 
 
 def allowed_mask(snap: Snapshot, i: int, filt: Filter | None) -> np.ndarray | None:

@@ -8,7 +8,8 @@ fresh one-segment build of the live documents, ids and scores. A coordinator of 
 sum of every shard's :func:`collection_stats` to :meth:`BM25Retriever.prepare` so that every shard
 scores as one index.
 
-Segments written before the store existed (no ``sparse/bm25/``) are searched through tantivy, as
+Format-1 segments written before the store existed (their ``"bm25"`` part is a
+:class:`~hybridret.index.legacy.tantivy_bm25.TantivyBM25`) are searched through tantivy, as
 before: each query term's clause is boosted by ``idf_global / idf_segment``, the length
 normalisation is the segment's own and its tombstones still count. ``compact`` (or the merge
 policy) rewrites them with the store.
@@ -16,7 +17,6 @@ policy) rewrites them with the store.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ..index.bm25 import K1, QueryTerms, SegmentQueries, idf
+from ..index.bm25 import K1, BM25Store, QueryTerms, SegmentQueries, idf
 from ..index.snapshot import Snapshot
 from .base import QueryBatch, Retriever
 
@@ -57,11 +57,12 @@ class BM25Stats:
 
 def _analyzer(snap: Snapshot) -> Any:
     for seg in snap.segments:
-        if seg.sparse is not None:
-            return seg.sparse.analyzer
-    from ..index.sparse import _bm25_analyzer
+        part = seg.part("bm25")
+        if part is not None:
+            return part.analyzer
+    from ..index._tantivy import bm25_analyzer
 
-    return _bm25_analyzer()
+    return bm25_analyzer()
 
 
 def bm25_tokens(snap: Snapshot, texts: Sequence[str]) -> list[list[str]]:
@@ -70,43 +71,17 @@ def bm25_tokens(snap: Snapshot, texts: Sequence[str]) -> list[list[str]]:
     return [list(analyzer.analyze(t)) if t else [] for t in texts]
 
 
-def _legacy_avgdl(sparse: Any) -> float:
-    """tantivy's average text length of a segment without the store, read from one explanation
-    (kept on the segment's index object: it never changes)."""
-    got = getattr(sparse, "_bm25_avgdl", None)
-    if got is None:
-        got = 0.0
-        top = sparse.searcher.terms_with_prefix("text", "", limit=1)
-        if top:
-            query = sparse._bm25_query([top[0][0]])
-            hits = sparse.searcher.search(query, 1, count=False).hits
-            if hits:
-                def walk(node: dict[str, Any]) -> float | None:
-                    if str(node.get("description", "")).startswith("avgdl"):
-                        return float(node["value"])
-                    for child in node.get("details", []) or []:
-                        v = walk(child)
-                        if v is not None:
-                            return v
-                    return None
-
-                got = walk(json.loads(query.explain(sparse.searcher, hits[0][1]).to_json())) or 0.0
-        sparse._bm25_avgdl = got
-    return float(got)
-
-
 def _segment_counts(snap: Snapshot, i: int, tokens: Sequence[str], local: np.ndarray | None
                     ) -> tuple[int, int, np.ndarray]:
     """(documents, total length, df of each token) of segment ``i``: live rows from the store, or
-    tantivy's counts (tombstones included) for a segment without it."""
-    sparse = snap.segments[i].sparse
-    store = sparse.bm25_store  # type: ignore[union-attr]
-    if store is not None:
-        n, total, df_all = store.live_stats(snap.deleted[i])
-        return n, total, df_all[store.lookup(tokens) if local is None else local]
-    n = int(sparse.searcher.num_docs)  # type: ignore[union-attr]
-    df = np.array([sparse.doc_freq(t) for t in tokens], dtype=np.int64)  # type: ignore[union-attr]
-    return n, int(round(_legacy_avgdl(sparse) * n)), df
+    tantivy's counts (tombstones included) for a format-1 segment without it."""
+    part = snap.segments[i].part("bm25")
+    if isinstance(part, BM25Store):
+        n, total, df_all = part.live_stats(snap.deleted[i])
+        return n, total, df_all[part.lookup(tokens) if local is None else local]
+    n = part.tantivy_docs
+    df = np.array([part.doc_freq(t) for t in tokens], dtype=np.int64)
+    return n, int(round(part.avgdl * n)), df
 
 
 def collection_stats(snap: Snapshot, tokens: Iterable[str]) -> BM25Stats:
@@ -120,7 +95,7 @@ def collection_stats(snap: Snapshot, tokens: Iterable[str]) -> BM25Stats:
 def _sum_counts(snap: Snapshot, uniq: list[str], local: list[np.ndarray | None] | None) -> tuple[int, int, np.ndarray]:
     n, total, df = 0, 0, np.zeros(len(uniq), dtype=np.int64)
     for i, seg in enumerate(snap.segments):
-        if seg.sparse is None:
+        if seg.part("bm25") is None:
             continue
         a, b, c = _segment_counts(snap, i, uniq, None if local is None else local[i])
         n, total, df = n + a, total + b, df + c
@@ -138,16 +113,13 @@ class _Context:
 class BM25Retriever(Retriever):
     name = "bm25"
     needs = "text"
+    part = "bm25"
     # segments without the store score given rows with a term-set query (3.6 ms/query at 1,464 rows):
     # a filtered deep fetch stays cheaper there until very few rows are allowed
     exhaustive_max = 128
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads  # worker threads per segment search (None: every core, batches of >= 16)
-
-    def available(self, snap: Snapshot) -> bool:
-        return bool(snap.segments) and all(s.sparse is not None and s.sparse.meta.get("bm25")
-                                           for s in snap.segments)
 
     def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
         """Tokens and global term weights of the batch. ``stats`` (e.g. summed over shards) replaces
@@ -159,9 +131,8 @@ class BM25Retriever(Retriever):
     def context(self, snap: Snapshot, tokens: list[list[str]], stats: BM25Stats | None = None) -> Any:
         """:meth:`prepare` for queries already analysed (:func:`bm25_tokens`)."""
         qt = QueryTerms.of(tokens)
-        local: list[np.ndarray | None] = [
-            s.sparse.bm25_store.lookup(qt.tokens) if s.sparse is not None and s.sparse.bm25_store is not None else None
-            for s in snap.segments]
+        parts = [s.part(self.part) for s in snap.segments]
+        local: list[np.ndarray | None] = [p.lookup(qt.tokens) if isinstance(p, BM25Store) else None for p in parts]
         if stats is None:
             n, total, df = _sum_counts(snap, qt.tokens, local)
             avgdl = total / n if n else 0.0
@@ -172,12 +143,11 @@ class BM25Retriever(Retriever):
         weight = qt.count * (1.0 + K1) * idf_g[qt.tok] if len(qt.tok) else np.zeros(0)
         queries = {i: qt.restrict(loc, weight) for i, loc in enumerate(local) if loc is not None}
         boosts: dict[int, list[dict[str, float]]] = {}
-        for i, seg in enumerate(snap.segments):
-            sp_ = seg.sparse
-            if sp_ is None or local[i] is not None or (len(snap.segments) == 1 and stats is None):
+        for i, part in enumerate(parts):
+            if part is None or local[i] is not None or (len(snap.segments) == 1 and stats is None):
                 continue  # one segment on its own statistics: tantivy's own scores
-            n_s = int(sp_.searcher.num_docs)
-            idf_s = {t: idf(d, n_s) for t in qt.tokens if (d := sp_.doc_freq(t)) > 0}
+            n_s = part.tantivy_docs
+            idf_s = {t: idf(d, n_s) for t in qt.tokens if (d := part.doc_freq(t)) > 0}
             idf_by = dict(zip(qt.tokens, idf_g))
             boosts[i] = [{t: float(idf_by[t] / idf_s[t]) for t in dict.fromkeys(toks) if t in idf_s and idf_by[t] > 0}
                          for toks in tokens]
@@ -185,14 +155,14 @@ class BM25Retriever(Retriever):
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
                        ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+        part = snap.segments[i].part(self.part)
         if i in ctx.queries:
-            return snap.segments[i].sparse.bm25_store.search(  # type: ignore[union-attr]
-                ctx.queries[i], ctx.avgdl, k, allowed=allowed, threads=self.threads)
-        return snap.segments[i].sparse.search_bm25(  # type: ignore[union-attr]
-            q.texts, k, allowed=allowed, tokens=ctx.tokens, boosts=ctx.boosts.get(i), threads=self.threads)
+            return part.search(ctx.queries[i], ctx.avgdl, k, allowed=allowed, threads=self.threads)
+        return part.search(q.texts, k, allowed=allowed, tokens=ctx.tokens, boosts=ctx.boosts.get(i),
+                           threads=self.threads)
 
     def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
+        part = snap.segments[i].part(self.part)
         if i in ctx.queries:
-            return snap.segments[i].sparse.bm25_store.score(ctx.queries[i], ctx.avgdl, rows)  # type: ignore[union-attr]
-        return snap.segments[i].sparse.score_bm25(  # type: ignore[union-attr]
-            q.texts, rows, tokens=ctx.tokens, boosts=ctx.boosts.get(i))
+            return part.score(ctx.queries[i], ctx.avgdl, rows)
+        return part.score(q.texts, rows, tokens=ctx.tokens, boosts=ctx.boosts.get(i))

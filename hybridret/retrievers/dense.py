@@ -16,30 +16,28 @@ __all__ = ["DenseRetriever", "vectors_of"]
 class DenseRetriever(Retriever):
     name = "dense"
     needs = "dense"
+    part = "dense"
     positive_only = False
-
-    def available(self, snap: Snapshot) -> bool:
-        return bool(snap.segments) and all(s.dense is not None for s in snap.segments)
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
                        ctx: Any) -> tuple[np.ndarray, np.ndarray]:
-        return snap.segments[i].dense.search(q.dense, k, allowed=allowed)  # type: ignore[union-attr]
+        return snap.segments[i].part(self.part).search(q.get(self.needs), k, allowed=allowed)
 
     def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        return snap.segments[i].dense.score(q.dense, rows)  # type: ignore[union-attr]
+        return snap.segments[i].part(self.part).score(q.get(self.needs), rows)
 
 
 def vectors_of(snap: Snapshot, rows: np.ndarray) -> np.ndarray:
     """Stored dense vectors of global ``rows`` (any shape) -> ``rows.shape + (dim,)``; ``-1`` rows
     give zeros (callers mask padding themselves)."""
     rows = np.asarray(rows, dtype=np.int64)
-    segs = [s.dense for s in snap.segments]
+    segs = [s.part("dense") for s in snap.segments]
     if not segs or any(d is None for d in segs):
         raise ConfigError("this index has no dense component")
-    dim = segs[0].dim  # type: ignore[union-attr]
+    dim = segs[0].dim
     out = np.zeros((*rows.shape, dim), dtype=np.float32)
     seg_of, local = snap.locate(rows)
     for i in np.unique(seg_of[seg_of >= 0]):
         mine = seg_of == i
-        out[mine] = segs[int(i)].vectors_of(local[mine])  # type: ignore[union-attr]
+        out[mine] = segs[int(i)].vectors_of(local[mine])
     return out

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..index.bm25 import K1, QueryTerms, SegmentQueries, idf
+from ..index.bm25 import K1, BM25Store, QueryTerms, SegmentQueries, idf
 from ..index.snapshot import Snapshot
 from .base import QueryBatch, Retriever, search_rows
 from .bm25 import BM25Retriever, BM25Stats, bm25_tokens, collection_stats
@@ -82,6 +82,7 @@ class _Context:
 class RM3Retriever(Retriever):
     name = "bm25+rm3"
     needs = "text"
+    part = "bm25"
 
     def __init__(self, fb_docs: int = 10, fb_terms: int = 10, original_query_weight: float = 0.5,
                  threads: int | None = None) -> None:
@@ -94,7 +95,7 @@ class RM3Retriever(Retriever):
         self._bm25 = BM25Retriever(threads=threads)
 
     def available(self, snap: Snapshot) -> bool:
-        return bool(snap.segments) and all(s.sparse is not None and s.sparse.bm25_store is not None for s in snap.segments)
+        return bool(snap.segments) and all(isinstance(s.part(self.part), BM25Store) for s in snap.segments)
 
     def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
         """First pass, relevance model and the weighted second-pass queries of the batch.
@@ -103,7 +104,7 @@ class RM3Retriever(Retriever):
         if not snap.segments:
             return None
         if not self.available(snap):
-            raise ConfigError("bm25+rm3 needs every segment's BM25 store (sparse/bm25/): compact the index to write it")
+            raise ConfigError("bm25+rm3 needs every segment's BM25 posting store: compact the index to write it")
         tokens = bm25_tokens(snap, q.texts)
         ctx1 = self._bm25.context(snap, tokens, stats)
         rows, scores = search_rows(self._bm25, snap, q, self.fb_docs, None, ctx1)
@@ -149,14 +150,13 @@ class RM3Retriever(Retriever):
         df = np.array([int(stats.df.get(t, 0)) for t in qt.tokens], dtype=np.int64)
         idf_g = np.where(df > 0, idf(np.maximum(df, 1), n), 0.0) if len(df) else np.zeros(0)
         weight = qt.count * (1.0 + K1) * idf_g[qt.tok] if len(qt.tok) else np.zeros(0)
-        queries = {i: qt.restrict(s.sparse.bm25_store.lookup(qt.tokens), weight)  # type: ignore[union-attr]
-                   for i, s in enumerate(snap.segments)}
+        queries = {i: qt.restrict(s.part(self.part).lookup(qt.tokens), weight) for i, s in enumerate(snap.segments)}
         return _Context([dict(w) for w in weights], avgdl, queries)
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
                        ctx: Any) -> tuple[np.ndarray, np.ndarray]:
-        return snap.segments[i].sparse.bm25_store.search(  # type: ignore[union-attr]
-            ctx.queries[i], ctx.avgdl, k, allowed=allowed, threads=self.threads)
+        return snap.segments[i].part(self.part).search(ctx.queries[i], ctx.avgdl, k, allowed=allowed,
+                                                       threads=self.threads)
 
     def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        return snap.segments[i].sparse.bm25_store.score(ctx.queries[i], ctx.avgdl, rows)  # type: ignore[union-attr]
+        return snap.segments[i].part(self.part).score(ctx.queries[i], ctx.avgdl, rows)

@@ -1,4 +1,4 @@
-"""Learned-sparse retrieval: exact top-k on tantivy with a proof per query (see index/sparse.py)."""
+"""Learned-sparse retrieval: exact top-k on tantivy with a proof per query (see index/learned.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from .base import QueryBatch, Retriever
 __all__ = ["SparseRetriever"]
 
 
-from ..index.sparse import INVERTED_MAX as SMALL_SEGMENT  # scored exhaustively up to this size
+from ..index.learned import INVERTED_MAX as SMALL_SEGMENT  # scored exhaustively up to this size
 
 
 class SparseRetriever(Retriever):
@@ -23,17 +23,14 @@ class SparseRetriever(Retriever):
 
     name = "sparse"
     needs = "sparse"
-
-    def available(self, snap: Snapshot) -> bool:
-        return bool(snap.segments) and all(s.sparse is not None and int(s.sparse.meta.get("vocab_size", 1)) > 1
-                                           for s in snap.segments)
+    part = "sparse"
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
                        ctx: Any) -> tuple[np.ndarray, np.ndarray]:
-        part = snap.segments[i].sparse
-        if part.num_docs > SMALL_SEGMENT:  # type: ignore[union-attr]
-            return part.search(q.sparse, k, allowed=allowed)  # type: ignore[union-attr]
-        return part.search_exhaustive(q.sparse, k, allowed=allowed)  # type: ignore[union-attr]
+        part = snap.segments[i].part(self.part)
+        if part.num_docs > SMALL_SEGMENT:
+            return part.search(q.get(self.needs), k, allowed=allowed)
+        return part.search_exhaustive(q.get(self.needs), k, allowed=allowed)
 
     def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        return snap.segments[i].sparse.score(q.sparse, rows)  # type: ignore[union-attr]
+        return snap.segments[i].part(self.part).score(q.get(self.needs), rows)

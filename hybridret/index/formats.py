@@ -1,0 +1,117 @@
+"""The built-in part formats, registered with :mod:`hybridret.index.parts` when first needed.
+
+| format | kind | reader | part names it serves |
+|---|---|---|---|
+| ``hybridret-dense-v1`` | dense | :class:`~.dense.DenseIndex` (FAISS + exact vectors) | ``dense`` |
+| ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy + float forward store) | ``sparse`` |
+| ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
+| ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .parts import TEXT, PartSpec, PartType, register_part_type
+
+__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts"]
+
+DENSE_V1 = "hybridret-dense-v1"
+LEARNED_V1 = "hybridret-learned-v1"
+BM25_V1 = "hybridret-bm25-v1"
+SPARSE_V1 = "hybridret-sparse-v1"
+BUILTIN_FORMATS = frozenset({DENSE_V1, LEARNED_V1, BM25_V1, SPARSE_V1})
+_HEAP = 256_000_000  # tantivy writer heap of a learned-sparse part
+
+
+def _dense_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from .dense import DenseIndex
+
+    return DenseIndex.create(root, int(dim or 0), factory=str(opts.get("factory", "Flat")),
+                             metric=str(opts.get("metric", "ip")))
+
+
+def _dense_open(root: Path, device: str | None) -> Any:
+    from .dense import DenseIndex
+
+    return DenseIndex(root, device=device)
+
+
+def _learned_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from .learned import LearnedIndex
+
+    return LearnedIndex.create(root, int(dim or 1), heap_size=_HEAP)
+
+
+def _learned_open(root: Path, device: str | None) -> Any:
+    from .learned import LearnedIndex
+
+    return LearnedIndex(root)
+
+
+def _bm25_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from ._tantivy import bm25_analyzer
+    from .bm25 import BM25StoreBuilder
+
+    return BM25StoreBuilder(root, bm25_analyzer())
+
+
+def _bm25_open(root: Path, device: str | None) -> Any:
+    from .bm25 import BM25Store
+
+    return BM25Store(root)
+
+
+def _v1_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from .legacy.sparse import SparseIndex
+
+    scheme = str(opts.get("scheme", "planes"))
+    slots = {"bits" if scheme == "planes" else "buckets": int(opts.get("bits", 6))}
+    return SparseIndex.create(root, int(dim or 1), scheme=scheme, max_weight=float(opts.get("max_weight", 5.0)),
+                              bm25=False, **slots)
+
+
+def _v1_open(root: Path, device: str | None) -> Any:
+    from .legacy.sparse import SparseIndex
+
+    return SparseIndex(root)
+
+
+def _forward_rows(part: Any, rows: np.ndarray) -> Any:
+    return part.forward[rows]
+
+
+def _vector_rows(part: Any, rows: np.ndarray) -> Any:
+    return np.asarray(part.vectors[rows], dtype=np.float32)
+
+
+for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows),
+            PartType(LEARNED_V1, "sparse", _learned_create, _learned_open, _forward_rows),
+            PartType(BM25_V1, "text", _bm25_create, _bm25_open),
+            PartType(SPARSE_V1, "sparse", _v1_create, _v1_open, _forward_rows)):
+    register_part_type(_pt, replace=True)
+
+
+def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, Any]]) -> dict[str, PartSpec]:
+    """The parts an index with these settings writes for the encoder's heads: ``dense`` (FAISS
+    factory and metric from the settings), ``sparse`` (learned terms: the tf grid, or a format-1
+    scheme when ``sparse_scheme`` asks for one) and ``bm25`` (when ``settings["bm25"]``)."""
+    parts: dict[str, PartSpec] = {}
+    if "dense" in reps:
+        parts["dense"] = PartSpec(DENSE_V1, "dense", {"factory": str(settings.get("faiss_factory", "Flat")),
+                                                      "metric": str(settings.get("faiss_metric", "ip"))})
+    if "sparse" in reps:
+        scheme = str(settings.get("sparse_scheme", "tfgrid"))
+        if scheme == "tfgrid":
+            parts["sparse"] = PartSpec(LEARNED_V1, "sparse")
+        else:
+            parts["sparse"] = PartSpec(SPARSE_V1, "sparse", {
+                "scheme": scheme, "bits": int(settings.get("sparse_bits", 6)),
+                "max_weight": float(settings.get("sparse_max_weight", 5.0))})
+    if settings.get("bm25", True):
+        parts["bm25"] = PartSpec(BM25_V1, TEXT)
+    return parts
