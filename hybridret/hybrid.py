@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import ConfigError, check_fields
 from .fusion import candidate_union, linear_fusion, rrf_fusion
+from .methods import FUSION_METHODS
 from .refine import GQRConfig, adaptive_guide, gqr_scores, guide_signal
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
 
@@ -26,7 +27,6 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS", "Candidates",
            "FusionConfig", "fuse", "fused_search", "gather_candidates", "guide_scores", "guide_weights"]
 
-FUSION_METHODS = ("linear", "rrf", "gqr")
 GUIDE_WEIGHTINGS = ("fixed", "agreement")
 FUSION_CHUNK = 256  # queries fused at a time: bounds GQR's (queries, candidates, dim) block
 
