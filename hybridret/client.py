@@ -1,4 +1,5 @@
-"""A client for ``hybridret serve``: the :class:`~hybridret.searcher.Searcher` interface over HTTP.
+"""A client for ``hybridret serve``: the :class:`~hybridret.searcher.Searcher` interface over HTTP
+(a :class:`~hybridret.types.SearchBackend`).
 
 >>> from hybridret.client import Client
 >>> with Client("http://127.0.0.1:8000", api_key=None) as client:
@@ -31,7 +32,7 @@ from .errors import (
     IndexLockedError,
     IndexReadOnlyError,
 )
-from .filters import FilterError
+from .filters import Filter, FilterError
 from .types import Hit, MatchedTerm
 
 __all__ = ["AuthenticationError", "Client", "RemoteHits", "ServerError", "ServerUnavailableError"]
@@ -179,16 +180,17 @@ class Client:
 
     # -- reads --
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
+               filter: Filter | Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
                candidates: int | None = None, with_text: bool = True) -> RemoteHits:
-        """As :meth:`Searcher.search`: ``(len(queries), k)`` results, run on the server."""
+        """As :meth:`Searcher.search` (the :class:`~hybridret.types.SearchBackend` signature, plus
+        ``with_text``): ``(len(queries), k)`` results, run on the server."""
         body: dict[str, Any] = {"k": k, "method": method, "with_text": with_text}
         if isinstance(queries, str):
             body["query"] = queries
         else:
             body["queries"] = list(queries)
         if filter is not None:
-            body["filter"] = filter
+            body["filter"] = dict(filter.spec) if isinstance(filter, Filter) else filter
         if fusion is not None:
             body["fusion"] = fusion.to_dict() if hasattr(fusion, "to_dict") else dict(fusion)
         if candidates is not None:

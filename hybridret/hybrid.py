@@ -7,7 +7,8 @@ document found by one side is never fused with a missing score from the other.
 
 :func:`fuse` dispatches through :data:`FUSERS` (method name -> function with :class:`Fuser`'s
 signature): linear and RRF are the small functions here, GQR is :func:`hybridret.refine.fuse_gqr`.
-A new fusion method is one function and one entry of that table (:data:`FUSION_METHODS` follows it).
+A new fusion method is one function and one entry of that table, plus its name in the import-light
+:data:`hybridret.methods.FUSION_METHODS` (which the CLI reads without importing this module).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import numpy as np
 
 from .errors import ConfigError, check_fields
 from .fusion import Candidates, FusedRows, candidate_union, linear_fusion, rrf_fusion, select
+from .methods import FUSION_METHODS
 from .refine import GQRConfig, fuse_gqr
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
 
@@ -137,7 +139,7 @@ def fuse_rrf(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | N
 
 FUSERS: Mapping[str, Fuser] = MappingProxyType({"linear": fuse_linear, "rrf": fuse_rrf, "gqr": fuse_gqr})
 """Fusion method name -> the function :func:`fuse` runs for it (read-only)."""
-FUSION_METHODS = tuple(FUSERS)
+# methods.FUSION_METHODS (import-light, read by the CLI) names exactly these (tests/test_hybrid.py)
 
 
 HYBRID_FINAL_GUIDE = 0.25  # picked on 6 of 7 leave-one-collection-out folds of a sweep (docs/fusion.md)

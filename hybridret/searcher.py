@@ -22,8 +22,9 @@ from .encoders import Encoder, encoder_from_config
 from .encoders.reps import REPRESENTATIONS, encode
 from .errors import ConfigError
 from .filters import Filter, parse_filter
-from .hybrid import FUSION_METHODS, HYBRID_DEFAULT, FusionConfig, fused_search
+from .hybrid import HYBRID_DEFAULT, FusionConfig, fused_search
 from .index.snapshot import Snapshot, open_snapshot
+from .methods import check_method, method_names
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
 from .types import Hit, Hits, MatchedTerm
 
@@ -31,7 +32,7 @@ __all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
 
 logger = logging.getLogger(__name__)
 
-METHODS: tuple[str, ...] = ("hybrid", *RETRIEVERS, *FUSION_METHODS)
+METHODS: tuple[str, ...] = method_names(RETRIEVERS)  # the built-in methods; all now: method_names(REGISTRY)
 _ENCODER_LOCK = threading.Lock()  # one encoder build at a time per process (see EncoderSlot)
 
 
@@ -107,8 +108,7 @@ def check_search(queries: Any, k: Any, method: str, candidates: Any, filter: Any
     """The validated arguments of a search: query texts, ``k``, ``candidates`` and the parsed filter."""
     texts = check_queries(queries)
     k = check_k(k)
-    if method not in METHODS:
-        raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(METHODS)}")
+    check_method(method, REGISTRY)  # read now: includes retrievers registered after import
     if candidates is not None:
         candidates = check_k(candidates, "candidates")
     return texts, k, candidates, parse_filter(filter)

@@ -1,16 +1,18 @@
-"""Result types: array-shaped :class:`Hits` with a per-hit view."""
+"""Result types: array-shaped :class:`Hits` with a per-hit view; the :class:`SearchBackend`
+protocol every search-shaped object satisfies."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
 
-__all__ = ["Hit", "Hits", "MatchedTerm"]
+__all__ = ["Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults"]
 
 
 @dataclass(frozen=True)
@@ -105,3 +107,41 @@ class Hits:
     def __iter__(self):  # type: ignore[no-untyped-def]
         for i in range(len(self)):
             yield self[i]
+
+
+class SearchResults(Protocol):
+    """What a search returns, in process (:class:`Hits`) or from a server
+    (:class:`hybridret.client.RemoteHits`): ``queries``, the resolved ``method``, ``ids`` and
+    ``scores`` of shape ``(nq, k)``, per-retriever ``components``, and ``results[i]`` -> the
+    :class:`Hit` list of query ``i``."""
+
+    queries: list[str]
+    method: str
+    ids: np.ndarray
+    scores: np.ndarray
+    components: dict[str, np.ndarray]
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int) -> list[Hit]: ...
+
+    def __iter__(self) -> Iterator[list[Hit]]: ...
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """Anything that searches like a :class:`~hybridret.searcher.Searcher` and returns stored
+    documents by id: ``Searcher``, ``HybridRetriever``, ``ShardedSearcher``,
+    ``hybridret.client.Client`` and the server's ``LocalBackend`` / ``ShardedBackend``. The CLI,
+    the server and the framework adapters take any of them.
+
+    ``filter`` is a :class:`~hybridret.filters.Filter`, a filter mapping or its JSON text;
+    ``fusion`` a :class:`~hybridret.hybrid.FusionConfig` or its mapping (typed ``Any`` here so that
+    this module needs neither). Implementations may add keyword-only parameters with defaults
+    (``partial=``, ``with_text=``). ``isinstance(x, SearchBackend)`` checks that both methods exist.
+    """
+
+    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid", filter: Any = None,
+               fusion: Any = None, candidates: int | None = None) -> SearchResults: ...
+
+    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]: ...

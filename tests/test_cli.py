@@ -78,7 +78,24 @@ def test_info_json_and_text(built, capsys):
     assert info["num_docs"] == 4 and info["format_version"] == 3
     assert info["components"]["dense"]["factory"] == "Flat"
     assert main(["-q", "info", str(built)]) == 0
-    assert "documents:  4" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "documents:  4" in out
+    assert "None" not in out  # no field of another part format printed as missing ("None bit planes")
+    lines = out.splitlines()
+    for name, meta in info["components"].items():  # each part: its name, its format and its own fields
+        line = next(li for li in lines if li.startswith(f"{name}:"))
+        assert f"format {meta['format']}" in line
+        assert all(f"{k} " in line for k in meta if k != "format")
+
+
+def test_info_component_lines_are_generic():
+    from hybridret.cli.info import component_line
+
+    line = component_line("bm25", {"format": "bm25-v1", "k1": 0.9, "fields": ["title", "text"]})
+    assert line == 'bm25:       format bm25-v1; k1 0.9, fields ["title", "text"]'
+    assert component_line("multivec", {"dim": 8}) == "multivec:   format ?; dim 8"
+    assert component_line("x", {"format": 3}) == "x:          format 3"
+    assert len(component_line("big", {"format": 1, "ids": list(range(1000))})) < 100
 
 
 def test_existing_index_needs_overwrite_and_stays_usable(built, tmp_path, capsys):

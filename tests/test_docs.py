@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridret.cli import _parser, main
+from hybridret.cli import build_parser, main
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -44,7 +44,7 @@ def _cli_lines() -> list[list[str]]:
 
 
 def _full_parser():
-    parser = _parser()
+    parser = build_parser()
     parser.add_argument("--debug", action="store_true")  # added by main(), as there
     return parser
 

@@ -328,6 +328,19 @@ def test_cli_index_and_search_with_ray(built3, work, corpus, local_index, capsys
     got = json.loads(capsys.readouterr().out)
     expect = local_index.search("volcano lava island", k=10, method="rrf")
     assert [h["id"] for h in got["hits"]] == list(expect.ids[0])
+    # --queries FILE: the JSON lines of a local index, in batches (the same writer)
+    qfile = work / "queries.txt"
+    qfile.write_text("\n".join(QUERIES[:3]) + "\n", encoding="utf-8")
+    out = work / "hits.jsonl"
+    assert main(["-q", "search", str(work / "cli2"), "--queries", str(qfile), "--batch-size", "2", "--method", "rrf",
+                 "-k", "5", "-o", str(out)]) == 0
+    lines = [json.loads(li) for li in out.read_text(encoding="utf-8").splitlines()]
+    expect = local_index.search(QUERIES[:3], k=5, method="rrf")
+    assert [li["query_id"] for li in lines] == ["1", "2", "3"]
+    assert [[h["id"] for h in li["hits"]] for li in lines] == [[h.id for h in expect[i]] for i in range(3)]
+    capsys.readouterr()
+    assert main(["-q", "search", str(work / "cli2"), "--queries", str(qfile), "--trec", str(work / "run.trec")]) == 1
+    assert "--trec is not available with a sharded index" in capsys.readouterr().err
 
 
 def test_dead_shard_is_named_or_reported_missing(searchers):

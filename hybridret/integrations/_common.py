@@ -5,9 +5,10 @@ from __future__ import annotations
 import importlib
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..errors import ConfigError
+from ..types import Hit, SearchBackend
 
 __all__ = ["as_backend", "finite_scores", "hits_per_query", "location_of", "open_location", "require"]
 
@@ -21,9 +22,11 @@ def require(module: str, extra: str, framework: str) -> Any:
                           f"(could not import {module}: {exc})") from exc
 
 
-def as_backend(obj: Any, *, writable: bool = False) -> Any:
-    """A Searcher, HybridRetriever, Client or anything else with hybridret's ``search`` signature;
-    an index directory (``str``/``Path``) opens a read-only :class:`~hybridret.Searcher`."""
+def as_backend(obj: SearchBackend | str | Path, *, writable: bool = False) -> SearchBackend:
+    """A Searcher, HybridRetriever, Client or anything else with hybridret's ``search`` signature
+    (:class:`~hybridret.types.SearchBackend`; only ``search`` is required here, ``get`` where a
+    framework asks for documents by id); an index directory (``str``/``Path``) opens a read-only
+    :class:`~hybridret.Searcher`."""
     if isinstance(obj, (str, Path)):
         from ..searcher import Searcher
 
@@ -36,10 +39,10 @@ def as_backend(obj: Any, *, writable: bool = False) -> Any:
         if missing:
             raise ConfigError(f"{type(obj).__name__} cannot write (no {', '.join(missing)}): a Searcher is "
                               "read-only; pass HybridRetriever.load(path) or a hybridret Client")
-    return obj
+    return cast(SearchBackend, obj)
 
 
-def hits_per_query(backend: Any, queries: list[str], k: int, method: str, filter: Any) -> list[list[Any]]:
+def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: str, filter: Any) -> list[list[Hit]]:
     """One batched search; the hits of each query as :class:`~hybridret.Hit` lists."""
     if isinstance(filter, dict) and not filter:
         filter = None  # {} means "no filter" in every framework
@@ -52,7 +55,7 @@ def finite_scores(scores: dict[str, float]) -> dict[str, float]:
     return {name: float(v) for name, v in scores.items() if not math.isnan(v)}
 
 
-def location_of(backend: Any) -> dict[str, str]:
+def location_of(backend: SearchBackend) -> dict[str, str]:
     """Where a backend can be reopened from: ``{"index": path}`` or ``{"url": url}``."""
     url = getattr(backend, "url", None) or getattr(backend, "base_url", None)
     if isinstance(url, str) and not isinstance(backend, (str, Path)):
@@ -64,7 +67,7 @@ def location_of(backend: Any) -> dict[str, str]:
                       "(root/path) nor a server url")
 
 
-def open_location(where: Any) -> Any:
+def open_location(where: Any) -> SearchBackend:
     """The backend :func:`location_of` described (an index path string opens a Searcher)."""
     if isinstance(where, (str, Path)):
         return as_backend(where)
@@ -73,7 +76,7 @@ def open_location(where: Any) -> Any:
             client = importlib.import_module("hybridret.client")
         except ImportError as exc:
             raise ConfigError(f"cannot reopen {where['url']}: hybridret.client is not available ({exc})") from exc
-        return client.Client(where["url"])
+        return cast(SearchBackend, client.Client(where["url"]))
     if isinstance(where, dict) and "index" in where:
         return as_backend(where["index"])
     raise ConfigError(f"expected an index path, {{'index': path}} or {{'url': url}}, got {where!r}")

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import datetime as _dt
+from pathlib import Path
 from typing import Any
 
 from ..filters import FilterError as _HybridRetFilterError
+from ..types import Hit, SearchBackend
 from ._common import as_backend, finite_scores, hits_per_query, location_of, open_location, require
 
 require("haystack", "haystack", "Haystack")
@@ -42,7 +44,7 @@ _COMPARISONS = ("==", "!=", *_RANGE, "in", "not in")
 _LOGICAL = ("AND", "OR", "NOT")
 
 
-def hit_to_document(hit: Any) -> Document:
+def hit_to_document(hit: Hit) -> Document:
     """A hybridret :class:`~hybridret.Hit` as a Haystack :class:`Document`."""
     meta = {**hit.metadata, "title": hit.title, "scores": finite_scores(hit.scores)}
     return Document(id=hit.id, content=hit.text, meta=meta, score=float(hit.score))
@@ -140,7 +142,7 @@ class HybridRetHaystackRetriever:
     own retrievers. Serialises (``to_dict``) to the index path or the server url.
     """
 
-    def __init__(self, searcher: Any, *, top_k: int = 10, method: str = "hybrid",
+    def __init__(self, searcher: SearchBackend | str | Path, *, top_k: int = 10, method: str = "hybrid",
                  filters: dict[str, Any] | None = None,
                  filter_policy: FilterPolicy | str = FilterPolicy.REPLACE) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..types import Hit, SearchBackend
 from ._common import as_backend, finite_scores, hits_per_query, require
 
 require("langchain_core", "langchain", "LangChain")
@@ -39,7 +40,7 @@ from pydantic import ConfigDict, field_validator  # noqa: E402
 __all__ = ["HybridRetLangChainRetriever", "HybridRetVectorStore", "hit_to_document"]
 
 
-def hit_to_document(hit: Any) -> Document:
+def hit_to_document(hit: Hit) -> Document:
     """A hybridret :class:`~hybridret.Hit` as a LangChain :class:`Document`."""
     meta = {**hit.metadata, "id": hit.id, "score": float(hit.score), "scores": finite_scores(hit.scores),
             "title": hit.title}
@@ -59,7 +60,7 @@ class HybridRetLangChainRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    searcher: Any
+    searcher: Any  # a SearchBackend after _check_searcher (Any: pydantic would need get() on every backend)
     """A Searcher, HybridRetriever, hybridret Client, or an index directory (opens a Searcher)."""
     k: int = 10
     method: str = "hybrid"
@@ -67,7 +68,7 @@ class HybridRetLangChainRetriever(BaseRetriever):
 
     @field_validator("searcher", mode="before")
     @classmethod
-    def _check_searcher(cls, value: Any) -> Any:
+    def _check_searcher(cls, value: Any) -> SearchBackend:
         return as_backend(value)
 
     def _search(self, queries: list[str], *, k: int | None = None, filter: dict[str, Any] | None = None,
@@ -138,7 +139,7 @@ class HybridRetVectorStore(VectorStore):
     A read-only Searcher works for searching; writes then raise :class:`~hybridret.ConfigError`.
     """
 
-    def __init__(self, index: Any, *, method: str = "hybrid") -> None:
+    def __init__(self, index: SearchBackend | str | Path, *, method: str = "hybrid") -> None:
         self.index = as_backend(index)
         self.method = method
 

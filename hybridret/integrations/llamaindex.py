@@ -12,9 +12,11 @@ part) is excluded from the metadata LlamaIndex shows an LLM or an embedding mode
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 from ..filters import FilterError
+from ..types import Hit, SearchBackend
 from ._common import as_backend, finite_scores, hits_per_query, require
 
 require("llama_index.core", "llamaindex", "LlamaIndex")
@@ -34,7 +36,7 @@ __all__ = ["HybridRetLlamaIndexRetriever", "hit_to_node", "llamaindex_filters_to
 _HIDDEN = ["scores"]  # kept out of the text LlamaIndex builds for LLMs and embedders
 
 
-def hit_to_node(hit: Any) -> NodeWithScore:
+def hit_to_node(hit: Hit) -> NodeWithScore:
     """A hybridret :class:`~hybridret.Hit` as a LlamaIndex :class:`NodeWithScore`."""
     meta = {**hit.metadata, "title": hit.title, "scores": finite_scores(hit.scores)}
     node = TextNode(id_=hit.id, text=hit.text, metadata=meta, excluded_llm_metadata_keys=list(_HIDDEN),
@@ -100,7 +102,7 @@ class HybridRetLlamaIndexRetriever(BaseRetriever):
     ``aretrieve`` runs the search in a worker thread.
     """
 
-    def __init__(self, searcher: Any, *, similarity_top_k: int = 10, method: str = "hybrid",
+    def __init__(self, searcher: SearchBackend | str | Path, *, similarity_top_k: int = 10, method: str = "hybrid",
                  filters: MetadataFilters | dict[str, Any] | None = None,
                  callback_manager: CallbackManager | None = None, verbose: bool = False, **kwargs: Any) -> None:
         self.searcher = as_backend(searcher)

@@ -32,14 +32,14 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -55,10 +55,16 @@ from ..errors import (
 )
 from ..filters import parse_filter
 from ..hybrid import FusionConfig
+from ..methods import check_method, method_names
+from ..retrievers import REGISTRY
 from ..searcher import check_queries
+from ..types import SearchBackend
 from .auth import key_matches
-from .backends import LocalBackend, ShardedBackend, load_backend
+from .backends import ServeBackend, load_backend
 from .batching import MicroBatcher
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..retriever import HybridRetriever
 
 __all__ = ["MAX_BODY_BYTES", "ServeConfig", "create_app", "serve"]
 
@@ -71,7 +77,11 @@ MAX_QUERY_CHARS = 4096
 MAX_QUERIES = 256
 MAX_DOCUMENTS = 10_000
 MAX_IDS = 100_000
-Method = Literal["hybrid", "dense", "sparse", "bm25", "linear", "rrf", "gqr"]
+
+
+def _method_enum(schema: dict[str, Any]) -> None:
+    """The OpenAPI schema of ``method``: the methods there are when the schema is generated."""
+    schema["enum"] = list(method_names(REGISTRY))
 
 
 @dataclass
@@ -100,13 +110,20 @@ class SearchRequest(_Strict):
     queries: list[StrictStr] | None = Field(None, min_length=1, max_length=MAX_QUERIES,
                                             description=f"a batch of up to {MAX_QUERIES} queries")
     k: StrictInt = Field(10, ge=1, le=MAX_K, description="hits per query")
-    method: Method = Field("hybrid", description="hybrid (the index's tuned fusion, else GQR), a retriever "
-                                                 "(dense, sparse, bm25) or a fusion method (linear, rrf, gqr)")
+    method: StrictStr = Field("hybrid", json_schema_extra=_method_enum,
+                              description="hybrid (the index's tuned fusion, else GQR), a retriever (dense, sparse, "
+                                          "bm25, or one registered in the server's process) or a fusion method "
+                                          "(linear, rrf, gqr)")
     filter: Union[dict[str, Any], StrictStr, None] = Field(
         None, description='metadata filter applied before top-k, e.g. {"source": "wiki", "year": {"$gte": 2020}}')
     fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.hybrid.FusionConfig)")
     candidates: StrictInt | None = Field(None, ge=1, le=10_000, description="per-retriever depth of fused methods")
     with_text: StrictBool = Field(True, description="return titles and texts with the hits")
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        return check_method(value, REGISTRY)  # the registry now: retrievers registered after import count
 
     @model_validator(mode="after")
     def _one_of(self) -> SearchRequest:
@@ -333,7 +350,7 @@ class BodyLimit:
 class Service:
     """The state behind the app: the backend (one index or a sharded one: reads and writes), the batcher."""
 
-    def __init__(self, backend: LocalBackend | ShardedBackend, config: ServeConfig) -> None:
+    def __init__(self, backend: ServeBackend, config: ServeConfig) -> None:
         self.backend = backend
         self.config = config
         self.write_lock = threading.Lock()
@@ -343,12 +360,13 @@ class Service:
         self.writes = 0
 
     @property
-    def retriever(self) -> Any:
+    def retriever(self) -> HybridRetriever | None:
         """The :class:`~hybridret.retriever.HybridRetriever` of a single index (``None`` when sharded)."""
         return getattr(self.backend, "retriever", None)
 
     @property
-    def searcher(self) -> Any:
+    def searcher(self) -> SearchBackend:
+        """The backend's searcher: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
         return self.backend.searcher
 
     def _run(self, queries: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
@@ -372,7 +390,7 @@ class Service:
             self.batcher.close()
 
 
-def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> FastAPI:
+def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = None) -> FastAPI:
     """The FastAPI app over an index directory (sharded when it holds ``shards.json``), an already
     loaded :class:`~hybridret.retriever.HybridRetriever` (e.g. to share its models between apps), or
     a :class:`~hybridret.distributed.searcher.ShardedSearcher` / :mod:`~hybridret.serve.backends` backend."""
@@ -477,7 +495,7 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
              summary="counts, encoders, fusion configuration, segments, batching statistics")
     async def info() -> dict[str, Any]:
         return {
-            "version": __version__, **backend.info(), "methods": list(Method.__args__),  # type: ignore[attr-defined]
+            "version": __version__, **backend.info(), "methods": list(method_names(REGISTRY)),
             "batching": {**service.batcher.config(), **service.batcher.stats.to_dict()},
             "auth": {"writes": config.api_key is not None, "reads": config.api_key is not None and config.protect_reads},
             "limits": {"k": MAX_K, "query_chars": MAX_QUERY_CHARS, "queries": MAX_QUERIES,
@@ -524,7 +542,7 @@ def create_app(index: str | Path | Any, config: ServeConfig | None = None) -> Fa
     return app
 
 
-def serve(index: str | Path | Any, *, host: str = "127.0.0.1", port: int = 8000, config: ServeConfig | None = None,
+def serve(index: str | Path | SearchBackend, *, host: str = "127.0.0.1", port: int = 8000, config: ServeConfig | None = None,
           log_level: str = "info") -> None:
     """Load the index and its models, then serve until SIGINT/SIGTERM (in-flight requests finish)."""
     import uvicorn

@@ -1,9 +1,10 @@
 """What the server serves: one index (:class:`LocalBackend`, a :class:`~hybridret.retriever.HybridRetriever`)
 or a sharded index on Ray (:class:`ShardedBackend`, a :class:`~hybridret.distributed.searcher.ShardedSearcher`).
 
-The app (:mod:`hybridret.serve.app`) talks to either through the same few methods: ``search`` (thread-safe,
-called by the micro-batcher's workers), ``get``, ``write`` (add / upsert / delete / compact, called under the
-app's write lock, committed before it returns), ``health``, ``info``, ``refresh_every`` and ``close``.
+The app (:mod:`hybridret.serve.app`) talks to either through the same few methods (:class:`ServeBackend`):
+``search`` and ``get`` (the :class:`~hybridret.types.SearchBackend` protocol; ``search`` is thread-safe,
+called by the micro-batcher's workers), ``write`` (add / upsert / delete / compact, called under the app's
+write lock, committed before it returns), ``health``, ``info``, ``refresh_every``, ``describe`` and ``close``.
 Ray is imported only by :meth:`ShardedBackend.open`.
 """
 
@@ -11,14 +12,46 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ..errors import ConfigError, HybridRetError
+from ..filters import Filter
+from ..types import Hits, SearchBackend
 
-__all__ = ["LocalBackend", "ShardedBackend", "is_sharded", "load_backend"]
+if TYPE_CHECKING:  # pragma: no cover
+    from ..distributed.searcher import ShardedSearcher
+    from ..hybrid import FusionConfig
+    from ..retriever import HybridRetriever
+    from ..searcher import Searcher
+
+__all__ = ["LocalBackend", "ServeBackend", "ShardedBackend", "is_sharded", "load_backend"]
 
 logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ServeBackend(SearchBackend, Protocol):
+    """What the server needs of an index beyond searching: writes, health, info and lifecycle."""
+
+    sharded: bool
+
+    @property
+    def searcher(self) -> SearchBackend:
+        """What reads go to: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
+
+    def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def refresh_every(self, seconds: float) -> None: ...
+
+    def describe(self) -> str: ...
+
+    def close(self) -> None: ...
 
 
 def is_sharded(index: str | Path) -> bool:
@@ -31,18 +64,20 @@ class LocalBackend:
 
     sharded = False
 
-    def __init__(self, retriever: Any) -> None:
+    def __init__(self, retriever: HybridRetriever) -> None:
         self.retriever = retriever
         self._own_timer = False
 
     @property
-    def searcher(self) -> Any:
+    def searcher(self) -> Searcher:
         return self.retriever.searcher
 
-    def search(self, queries: list[str], k: int, **settings: Any) -> Any:
-        return self.searcher.search(queries, k, **settings)
+    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
+               filter: Filter | Mapping[str, Any] | str | None = None,
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates)
 
-    def get(self, ids: list[str]) -> list[dict[str, Any] | None]:
+    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
@@ -86,7 +121,7 @@ class ShardedBackend:
 
     sharded = True
 
-    def __init__(self, searcher: Any, *, owns: bool = False) -> None:
+    def __init__(self, searcher: ShardedSearcher, *, owns: bool = False) -> None:
         self.searcher = searcher
         self.owns = owns
         self._stop = threading.Event()
@@ -118,10 +153,13 @@ class ShardedBackend:
     def root(self) -> Path:
         return Path(self.searcher.root)
 
-    def search(self, queries: list[str], k: int, **settings: Any) -> Any:
-        return self.searcher.search(queries, k, partial=False, **settings)  # a missing shard: ShardUnavailableError
+    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
+               filter: Filter | Mapping[str, Any] | str | None = None,
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
+                                    partial=False)  # a missing shard: ShardUnavailableError
 
-    def get(self, ids: list[str]) -> list[dict[str, Any] | None]:
+    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
@@ -184,7 +222,7 @@ class ShardedBackend:
             self.searcher.close()
 
 
-def load_backend(index: Any) -> LocalBackend | ShardedBackend:
+def load_backend(index: str | Path | SearchBackend) -> LocalBackend | ShardedBackend:
     """A backend for ``index``: a backend (as is), a :class:`~hybridret.retriever.HybridRetriever`,
     a :class:`~hybridret.distributed.searcher.ShardedSearcher` (not closed by the server), or a
     folder (sharded when it holds ``shards.json``, then on the Ray cluster this process joined or a local one)."""
@@ -194,8 +232,13 @@ def load_backend(index: Any) -> LocalBackend | ShardedBackend:
 
     if isinstance(index, HybridRetriever):
         return LocalBackend(index)
-    if type(index).__name__ == "ShardedSearcher" and hasattr(index, "shard_infos"):
+    if isinstance(index, (str, Path)):
+        if is_sharded(index):
+            return ShardedBackend.open(index)
+        return LocalBackend(HybridRetriever.load(index, warm=True))
+    from ..distributed.searcher import ShardedSearcher  # imports no Ray
+
+    if isinstance(index, ShardedSearcher):
         return ShardedBackend(index, owns=False)
-    if isinstance(index, (str, Path)) and is_sharded(index):
-        return ShardedBackend.open(index)
-    return LocalBackend(HybridRetriever.load(index, warm=True))
+    raise ConfigError(f"cannot serve a {type(index).__name__}: pass an index directory, a HybridRetriever or a "
+                      "ShardedSearcher (a Searcher is read-only: the server also writes)")

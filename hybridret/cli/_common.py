@@ -1,0 +1,253 @@
+"""What the commands share: common arguments, logging, building a retriever from the arguments,
+output folders and corpus counts, printing hits and write results, and the CLI's error lines.
+
+Imports here are cheap (the standard library, :mod:`hybridret.errors`, :mod:`hybridret.methods`);
+everything that loads the engine is imported inside the function that needs it, so that building
+the parser (``hybridret --help``) loads no torch, FAISS or tantivy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import HybridRetError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..retriever import HybridRetriever
+    from ..types import SearchResults
+
+__all__ = ["NamingPath", "add_encoder_args", "add_eval_args", "add_method_arg", "add_ray_args", "build_retriever",
+           "check_output", "check_text_args", "count_records", "error_line", "judged", "logger", "print_hits",
+           "print_result", "setup_logging", "stderr", "stdout_gone"]
+
+logger = logging.getLogger("hybridret")
+
+
+# -- arguments ---------------------------------------------------------------------------------------
+def add_method_arg(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    """``--method``, its choices read from the retriever registry now (:mod:`hybridret.methods`),
+    so a retriever registered before the parser is built is a choice."""
+    from ..methods import method_names
+    from ..retrievers import REGISTRY  # the registry's module loads no model or native library
+
+    p.add_argument("--method", default="hybrid", choices=method_names(REGISTRY), help=help)
+
+
+def add_encoder_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("encoders")
+    g.add_argument("--dense-model", default=None, metavar="NAME",
+                   help="dense model: packaged alias, local folder or Hub id (default: all-MiniLM-L6-v2)")
+    g.add_argument("--sparse-model", default=None, metavar="NAME",
+                   help="SPLADE model: packaged alias, local folder or Hub id (default: splade-tiny)")
+    g.add_argument("--joint-model", default=None, metavar="NAME",
+                   help="one *ForMaskedLM checkpoint for both heads, instead of --dense-model/--sparse-model")
+    g.add_argument("--max-length", type=int, default=256, help="max tokens per text (default: 256)")
+    g.add_argument("--device", default=None, help="cpu, cuda, cuda:1 (default: CUDA when available)")
+
+
+def add_ray_args(p: argparse.ArgumentParser, *, build: bool) -> None:
+    g = p.add_argument_group("cluster (needs the ray extra: pip install 'hybridret[ray]'; see docs/cluster.md)")
+    if build:
+        g.add_argument("--ray", action="store_true", help="build a sharded index on Ray (encoding on an actor pool)")
+        g.add_argument("--shards", type=int, default=2, help="with --ray: number of shards (default: 2)")
+        g.add_argument("--ray-workers", type=int, default=None,
+                       help="with --ray: encoding actors (default: one per GPU, else one per free CPU)")
+    else:
+        g.add_argument("--ray", action="store_true",
+                       help="search a sharded index through Ray shard actors (implied by a sharded DIR)")
+    g.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="an existing Ray cluster (e.g. ray://head:10001 or auto; default: start a local one)")
+
+
+def add_eval_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--queries", required=True, help="BEIR queries.jsonl or a TSV of qid<TAB>text (MS MARCO)")
+    p.add_argument("--qrels", required=True, help="BEIR qrels TSV or TREC qrels (qid 0 docid grade)")
+    p.add_argument("--relevance-level", type=int, default=1,
+                   help="smallest grade counted relevant by binary metrics (TREC DL: 2; default: 1)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--device", default=None)
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    if not any(getattr(h, "_hybridret_cli", False) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s" if args.verbose else "%(message)s"))
+        handler._hybridret_cli = True  # type: ignore[attr-defined]
+        logger.addHandler(handler)
+    logger.setLevel(level)
+
+
+# -- building and loading --------------------------------------------------------------------------
+def build_retriever(args: argparse.Namespace, **settings: Any) -> HybridRetriever:
+    """A new :class:`~hybridret.retriever.HybridRetriever` with the models of ``--dense-model`` /
+    ``--sparse-model`` / ``--joint-model`` (and ``--max-length``, ``--device``, ``--encoder-backend``)."""
+    from ..encoders import JointEncoder
+    from ..retriever import HybridRetriever
+
+    if args.joint_model and (args.dense_model or args.sparse_model):
+        raise HybridRetError("--joint-model cannot be combined with --dense-model/--sparse-model")
+    backend = getattr(args, "encoder_backend", "torch")  # only `index` has --encoder-backend
+    if args.joint_model:
+        enc = JointEncoder(args.joint_model, max_length=args.max_length, device=args.device, backend=backend)
+        return HybridRetriever(enc, device=args.device, **settings)
+    return HybridRetriever.from_models(args.dense_model, args.sparse_model, device=args.device,
+                                       max_length=args.max_length, backend=backend, **settings)
+
+
+def judged(args: argparse.Namespace) -> tuple[HybridRetriever, dict[str, str], dict[str, dict[str, int]]]:
+    """The index of ``args.index``, and the queries of ``--queries`` that have judgments in ``--qrels``."""
+    from ..data import load_qrels, load_queries
+    from ..retriever import HybridRetriever
+
+    retriever = HybridRetriever.load(args.index, device=args.device)
+    queries = load_queries(args.queries)
+    qrels = load_qrels(args.qrels)
+    found = {q: t for q, t in queries.items() if qrels.get(q)}
+    if not found:
+        raise HybridRetError(f"none of the {len(queries)} queries in {args.queries} has judgments in {args.qrels}")
+    return retriever, found, qrels
+
+
+def count_records(path: Path) -> int | None:
+    """Non-blank lines of a corpus file, for the progress bar's total and ETA (a quick pre-pass).
+
+    Only for regular files: a pipe or standard input can be read once (``None``, no total). The
+    pass uses the readers' line splitting, so an over-long line, invalid UTF-8 or a truncated gzip
+    file raises :class:`CorpusFormatError` here, before any model is loaded.
+    """
+    import stat
+
+    from ..data import _iter_lines, is_stream
+
+    if is_stream(path):
+        return None
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    return sum(1 for _, text in _iter_lines(path) if text.strip())
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """Fail before any model loads when ``out`` cannot become an index folder."""
+    import errno
+
+    from ..errors import IndexExistsError
+    from ..index.manifest import MANIFEST
+
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory (the index output must be a folder)",
+                                 str(out))
+    if (out / MANIFEST).exists() and not overwrite:
+        raise IndexExistsError(f"an index already exists at {out}; pass --overwrite to replace it")
+    existing = out.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "is not a directory, so the index folder cannot be made in it",
+                                 str(existing))
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "no permission to write here", str(existing))
+
+
+class NamingPath:
+    """Around a write into ``path``: give an ``OSError`` raised without a file name (a failed
+    ``write()``: disk full, file too large) the index folder, so that the error names it. (The
+    library removes its unfinished segment itself; the previous index stays as it was.)"""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> bool:
+        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename is None:
+            if exc.errno is not None:
+                raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
+            # a short write without an errno (numpy's tofile): the disk or a file-size limit is full
+            raise OSError(f"{self.path}: {exc} (while writing the index: disk full or file size limit?)") from exc
+        return False
+
+
+# -- printing --------------------------------------------------------------------------------------
+def print_hits(hits: SearchResults, i: int, *, width: int = 100) -> None:
+    """Query ``i``'s hits as text: rank, id, score and each retriever's, the passage, matched terms."""
+    print(f"\nquery: {hits.queries[i]}   [{hits.method}]")
+    view = hits[i]
+    if not view:
+        print("  (no hits)")
+    for hit in view:
+        parts = " ".join(f"{name} {value:.3f}" for name, value in hit.scores.items() if value == value)
+        print(f"{hit.rank:>3}. {hit.id}  score {hit.score:.4f}  ({parts})")
+        body = f"{hit.title}: {hit.text}" if hit.title else hit.text
+        print(textwrap.indent(textwrap.shorten(body, width=width, placeholder=" ..."), "     "))
+        if hit.matched_terms:
+            terms = ", ".join(f"{m.term}{'*' if m.expansion else ''} {m.contribution:.2f}"
+                              for m in hit.matched_terms[:10])
+            print(f"     matched: {terms}")
+    if any(m.expansion for hit in view for m in hit.matched_terms):
+        print("     (* = expansion term: matched through the sparse model, absent from the document text)")
+
+
+def print_result(result: Any, args: argparse.Namespace, what: str) -> None:
+    """A :class:`~hybridret.indexer.WriteResult` as one line (or JSON with ``--json``)."""
+    if args.json:
+        print(json.dumps(result.to_dict()))
+        return
+    done = {k: v for k, v in result.to_dict().items() if k in ("added", "updated", "unchanged", "deleted",
+                                                              "skipped_empty") and v}
+    parts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in done.items()) or "nothing changed"
+    print(f"{what} {args.index}: {parts}" + (f" (commit {result.commit})" if result.commit is not None else ""))
+
+
+# -- errors ----------------------------------------------------------------------------------------
+def error_line(exc: BaseException) -> str:
+    """One line for an expected failure; an ``OSError`` leads with the path(s) it concerns."""
+    if isinstance(exc, OSError) and exc.strerror:
+        paths = [str(f) for f in (exc.filename, exc.filename2) if f is not None]
+        return f"{' -> '.join(paths)}: {exc.strerror}" if paths else str(exc.strerror)
+    if isinstance(exc, UnicodeError):
+        return f"text that is not valid Unicode (a lone surrogate, or bytes in another encoding?): {exc}"
+    return str(exc).replace("\n", " ")
+
+
+def check_text_args(args: argparse.Namespace) -> None:
+    """Free text on the command line (a search query) must be valid Unicode. Bytes that are not
+    UTF-8 reach Python as lone surrogates; paths may hold those, query text may not."""
+    words = getattr(args, "query", None)
+    for word in words if isinstance(words, list) else []:
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            raise HybridRetError(f"the query {word!r} is not valid UTF-8 text (check the terminal's or "
+                                 "script's encoding)") from None
+
+
+def stderr(line: str) -> None:
+    try:
+        print(line, file=sys.stderr)
+    except (OSError, ValueError):  # stderr itself is gone (closed pipe): nothing left to tell
+        pass
+
+
+def stdout_gone() -> int:
+    """stdout's reader went away (``| head``): exit quietly, like other Unix tools. Later writes,
+    including the interpreter's flush at exit, go to /dev/null (see the Python docs on SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return 141  # 128 + SIGPIPE, what a shell reports for a tool the broken pipe stopped

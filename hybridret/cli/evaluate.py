@@ -1,0 +1,75 @@
+"""``hybridret eval`` (metrics of a method on judged queries) and ``hybridret tune`` (grid-search
+the fusion settings and store the best in the index)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ._common import add_eval_args, add_method_arg, judged, logger
+
+__all__ = ["add_parsers", "run_eval", "run_tune"]
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("eval", help="evaluate a method on judged queries (nDCG@10, MRR@10, Recall@100)")
+    add_eval_args(p)
+    add_method_arg(p)
+    p.add_argument("--metrics", nargs="+", default=["ndcg@10", "mrr@10", "recall@100"],
+                   help="ndcg@K, mrr@K, recall@K, precision@K, map (default: ndcg@10 mrr@10 recall@100)")
+    p.add_argument("-k", type=int, default=100, help="depth of each ranking (default: 100)")
+    p.add_argument("--save-run", metavar="FILE", default=None,
+                   help="also write the ranking as a TREC run file (trec_eval / ranx / pyserini can read it)")
+    p.set_defaults(run=run_eval)
+
+    p = sub.add_parser("tune", help="grid-search fusion and GQR settings; store the best in the index")
+    add_eval_args(p)
+    p.add_argument("--metric", default="ndcg@10", help="metric to maximise (default: ndcg@10)")
+    p.add_argument("--dry-run", action="store_true", help="report only; do not store the best setting")
+    p.set_defaults(run=run_tune)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from ..eval import evaluate, run_from_hits
+
+    retriever, queries, qrels = judged(args)
+    qids = list(queries)
+    hits = retriever.search([queries[q] for q in qids], k=args.k, method=args.method)
+    run = run_from_hits(hits, qids)
+    metrics = evaluate(run, qrels, args.metrics, relevance_level=args.relevance_level)
+    if args.save_run:
+        from ..runs import write_run
+
+        write_run(run, args.save_run, tag=f"hybridret-{hits.method}".replace(" ", "_"))
+        logger.info("wrote the %s run to %s", hits.method, args.save_run)
+    if args.json:
+        print(json.dumps({"method": args.method, "resolved": hits.method, "metrics": metrics, "queries": len(qids)}))
+    else:
+        print(f"{hits.method} on {len(qids)} queries: " + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
+    return 0
+
+
+def run_tune(args: argparse.Namespace) -> int:
+    from ..tune import tune
+
+    retriever, queries, qrels = judged(args)
+    best, table = tune(retriever, queries, qrels, metric=args.metric, relevance_level=args.relevance_level)
+    ranked = sorted(table, key=lambda r: -r[args.metric])
+    if not args.dry_run:
+        retriever.set_fusion(best, {"queries": str(args.queries), "qrels": str(args.qrels), "metric": args.metric,
+                                    "value": ranked[0][args.metric], "n_queries": len(queries)})
+    if args.json:
+        print(json.dumps({"best": best.to_dict(), "metric": args.metric, "value": ranked[0][args.metric],
+                          "stored": not args.dry_run, "results": ranked}))
+        return 0
+    print(f"{'rank':>4}  {args.metric:>9}  setting")
+    for i, row in enumerate(ranked[:10], 1):
+        cfg = row["config"]
+        detail = {k: cfg[k] for k in ("retrievers", "weights", "normalisation")} if cfg["method"] == "linear" else \
+            {"retrievers": cfg["retrievers"], "rrf_k": cfg["rrf_k"]} if cfg["method"] == "rrf" else \
+            {"guide": cfg["guide"], "guide_weighting": cfg["guide_weighting"], "alpha": cfg["gqr"]["alpha"],
+             "t_dense": cfg["gqr"]["t_dense"], "final_guide": cfg["gqr"]["final_guide"]}
+        print(f"{i:>4}  {row[args.metric]:9.4f}  {cfg['method']} {json.dumps(detail)}")
+    print("stored as the index's hybrid setting" if not args.dry_run else "(dry run: nothing stored)")
+    return 0

@@ -1,0 +1,82 @@
+"""``hybridret index CORPUS -o DIR``: encode and index a corpus (``--ray``: a sharded index on Ray)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from ._common import NamingPath, add_encoder_args, add_ray_args, build_retriever, check_output, count_records, logger
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("index", help="encode and index a corpus",
+                       description="Index a JSONL file, a BEIR folder or an MS MARCO collection.tsv. "
+                                   "Documents whose title and text are both empty are skipped and counted.")
+    p.add_argument("corpus", help="corpus.jsonl, a BEIR folder, or collection.tsv (.gz accepted)")
+    p.add_argument("-o", "--output", required=True, metavar="DIR", help="index directory to write")
+    p.add_argument("--format", choices=("jsonl", "beir", "tsv"), default=None, help="default: from the path")
+    p.add_argument("--faiss", default="Flat", metavar="FACTORY",
+                   help="FAISS factory string (default: Flat = exact; e.g. HNSW32,Flat or IVF1024,PQ64)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
+    p.add_argument("--encoder-backend", choices=("torch", "torch-bf16", "torch-int8"), default="torch",
+                   help="faster CPU encoding: torch-bf16 (near-lossless, needs avx512_bf16/AMX) or torch-int8 "
+                        "(fastest, small quality cost); see benchmarks/encode_speed.py (default: torch)")
+    p.add_argument("--chunk-size", type=int, default=1024, help="documents per indexing chunk (default: 1024)")
+    p.add_argument("--sparse-scheme", choices=("tfgrid", "planes", "buckets"), default="tfgrid",
+                   help="tantivy encoding of learned weights: tfgrid (default, format 2: weights on tantivy's tf "
+                        "curve, BM25 from a posting store) or the format-1 planes/buckets; results are exact either way")
+    p.add_argument("--sparse-bits", type=int, default=6,
+                   help="planes/buckets only: bit planes (or buckets) per term (default: 6)")
+    p.add_argument("--sparse-max-weight", type=float, default=5.0,
+                   help="learned weights are quantised on [0, this]; larger ones are clipped in tantivy but still "
+                        "scored exactly (default: 5.0)")
+    p.add_argument("--no-bm25", action="store_true", help="do not index text for BM25")
+    p.add_argument("--no-text", action="store_true", help="do not store document texts")
+    p.add_argument("--on-empty", choices=("skip", "error"), default="skip", help="empty documents (default: skip)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing index (it stays usable until the new one is complete)")
+    p.add_argument("--encode-cache", metavar="DIR", default=None,
+                   help="keep encoded chunks here so that rerunning the same command after an interruption "
+                        "re-encodes only what is missing (default: encode-cache inside the output folder, "
+                        "removed after a successful build)")
+    p.add_argument("--no-encode-cache", action="store_true", help="do not cache encoded chunks (no resume)")
+    add_ray_args(p, build=True)
+    add_encoder_args(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import shutil
+    import time
+
+    from ..data import CorpusReader
+
+    if args.ray:
+        from .sharded import index_ray
+
+        return index_ray(args)
+
+    out = Path(args.output)
+    check_output(out, args.overwrite)
+    reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
+    total = count_records(reader.file)  # before the models load: a corrupt file fails fast
+    retriever = build_retriever(args, faiss_factory=args.faiss, sparse_scheme=args.sparse_scheme,
+                                sparse_bits=args.sparse_bits, sparse_max_weight=args.sparse_max_weight,
+                                bm25=not args.no_bm25, store_text=not args.no_text)
+    cache = None if args.no_encode_cache else Path(args.encode_cache or out / "encode-cache")
+    if cache is not None and (cache / "cache.json").is_file():
+        logger.info("resuming: reusing encoded chunks from %s", cache)
+    start = time.perf_counter()
+    with NamingPath(out):
+        retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
+                        total=total, encode_cache=cache, overwrite=True,
+                        source={"path": str(args.corpus), "format": reader.format})
+    if cache is not None and args.encode_cache is None:
+        shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
+    took = time.perf_counter() - start
+    logger.info("indexed %d documents into %s in %.1f s (%.1f docs/s)", retriever.num_docs, out, took,
+                retriever.num_docs / max(took, 1e-9))
+    return 0

@@ -1,0 +1,129 @@
+"""The SearchBackend protocol (hybridret.types): the six search-shaped classes satisfy it (isinstance, and
+the parameters of ``search``), answer alike through it, and the server picks its backend without
+testing class names. ShardedSearcher / ShardedBackend are checked at class level (no Ray starts)."""
+
+from __future__ import annotations
+
+import inspect
+import socket
+import threading
+import time
+
+import pytest
+
+from hybridret.client import Client, RemoteHits
+from hybridret.distributed.searcher import ShardedSearcher
+from hybridret.errors import ConfigError
+from hybridret.retriever import HybridRetriever
+from hybridret.searcher import Searcher
+from hybridret.types import Hits, SearchBackend, SearchResults
+
+pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+from hybridret.serve.backends import LocalBackend, ServeBackend, ShardedBackend, load_backend  # noqa: E402
+
+SIX = (Searcher, HybridRetriever, ShardedSearcher, Client, LocalBackend, ShardedBackend)
+#: name, kind and default of the shared parameters of ``search``, after ``self``
+SEARCH = [("queries", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
+          ("k", inspect.Parameter.POSITIONAL_OR_KEYWORD, 10),
+          ("method", inspect.Parameter.KEYWORD_ONLY, "hybrid"),
+          ("filter", inspect.Parameter.KEYWORD_ONLY, None),
+          ("fusion", inspect.Parameter.KEYWORD_ONLY, None),
+          ("candidates", inspect.Parameter.KEYWORD_ONLY, None)]
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory, paired_encoder, small_corpus):
+    r = HybridRetriever(paired_encoder)
+    r.index(small_corpus, workdir=tmp_path_factory.mktemp("protocol") / "idx", show_progress=False)
+    return r
+
+
+@pytest.fixture(scope="module")
+def url(retriever):
+    """A real uvicorn server on loopback over the retriever (as the serve and client tests run it)."""
+    from hybridret.serve.app import create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(retriever), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=30)
+
+
+@pytest.mark.parametrize("cls", SIX, ids=[c.__name__ for c in SIX])
+def test_each_class_has_the_search_signature(cls):
+    assert issubclass(cls, SearchBackend)
+    params = list(inspect.signature(cls.search).parameters.values())
+    assert params[0].name == "self"
+    shared = [(p.name, p.kind, p.default) for p in params[1:len(SEARCH) + 1]]
+    assert shared == SEARCH, cls
+    for extra in params[len(SEARCH) + 1:]:  # partial=, with_text=: optional keywords only
+        assert extra.kind == inspect.Parameter.KEYWORD_ONLY and extra.default is not inspect.Parameter.empty, extra
+    get = list(inspect.signature(cls.get).parameters)
+    assert get == ["self", "ids"], cls
+
+
+def test_the_protocol_itself_has_that_signature():
+    params = list(inspect.signature(SearchBackend.search).parameters.values())[1:]
+    assert [(p.name, p.kind, p.default) for p in params] == SEARCH
+
+
+def test_instances_satisfy_it_and_answer_alike(retriever, url):
+    searcher = Searcher(retriever.path)
+    local = LocalBackend(retriever)
+    with Client(url, timeout=60) as client:
+        backends: list[SearchBackend] = [searcher, retriever, local, client]
+        assert all(isinstance(b, SearchBackend) for b in backends)
+        assert isinstance(local, ServeBackend)
+        # ShardedBackend at class level (ServeBackend has data members: no issubclass)
+        assert ShardedBackend.sharded is True and isinstance(ShardedBackend.root, property)
+        assert all(callable(getattr(ShardedBackend, m)) for m in
+                   ("search", "get", "write", "health", "info", "refresh_every", "describe", "close"))
+        queries = ["the tallest mountain", "how do bees make honey"]
+        answers = []
+        for b in backends:
+            hits: SearchResults = b.search(queries, 3, method="rrf", filter=None, fusion=None, candidates=20)
+            assert isinstance(hits, (Hits, RemoteHits)) and len(hits) == 2 and hits.method == "rrf"
+            answers.append([[h.id for h in hits[i]] for i in range(len(hits))])
+            assert [d["id"] if d else None for d in b.get(["d04", "nope"])] == ["d04", None]
+        assert all(a == answers[0] for a in answers), answers
+        assert answers[0][0][0] == "d04" and answers[0][1][0] == "d05"
+
+
+def test_not_search_shaped_objects_fail_the_check():
+    class OnlySearch:
+        def search(self, queries, k=10):
+            return None
+
+    assert not isinstance(OnlySearch(), SearchBackend)  # no get()
+    assert not isinstance("indexes/x", SearchBackend)
+
+
+def test_load_backend_does_not_go_by_class_names(retriever):
+    assert isinstance(load_backend(retriever), LocalBackend)
+    local = LocalBackend(retriever)
+    assert load_backend(local) is local
+
+    class ShardedSearcher:  # noqa: F811 - a look-alike: the same name and attributes, not the real class
+        shard_infos: list = []
+
+        def search(self, *a, **kw):
+            return None
+
+        def get(self, ids):
+            return []
+
+    with pytest.raises(ConfigError, match="cannot serve a ShardedSearcher"):
+        load_backend(ShardedSearcher())
+    with pytest.raises(ConfigError, match="cannot serve a Searcher"):
+        load_backend(Searcher(retriever.path))
