@@ -69,9 +69,9 @@ class FusionConfig:
         if self.method not in FUSION_METHODS:
             raise ConfigError(f"unknown fusion method {self.method!r}; expected one of {', '.join(FUSION_METHODS)}")
         object.__setattr__(self, "retrievers", tuple(self.retrievers))
-        bad = [r for r in (*self.retrievers, *self.guide, *(self.weights or {})) if r not in RETRIEVERS]
+        bad = [r for r in (*self.retrievers, *self.guide, *(self.weights or {})) if r not in REGISTRY]
         if bad:
-            raise ConfigError(f"unknown retrievers {bad}; expected some of {', '.join(RETRIEVERS)}")
+            raise ConfigError(f"unknown retrievers {bad}; expected some of {', '.join(REGISTRY)}")
         if self.depth < 1:
             raise ConfigError(f"fusion depth must be positive, got {self.depth}")
         if self.method == "gqr" and not self.guide:

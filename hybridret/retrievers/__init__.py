@@ -22,7 +22,10 @@ RETRIEVERS: tuple[str, ...] = tuple(REGISTRY)  # the built-in retrievers (REGIST
 def register(retriever: Retriever, *, replace: bool = False) -> Retriever:
     """Add ``retriever`` (an instance of a :class:`Retriever` subclass) to :data:`REGISTRY` under
     its ``name``; from then on it is a search method of :meth:`Searcher.search`, the CLI's
-    ``--method`` and ``POST /search``. The name must be identifier-like, not ``hybrid`` or a fusion
+    ``--method`` and ``POST /search``, and a retriever fused methods can name. Its ``part_type``
+    (a segment part format of its own) and ``representation`` (one no encoder makes), when set,
+    are registered too: indexes built from then on write that part in every segment, and writes
+    and queries make that representation. The name must be identifier-like, not ``hybrid`` or a fusion
     method, and not registered already unless ``replace``. Returns the retriever."""
     from ..errors import ConfigError
 
@@ -31,6 +34,18 @@ def register(retriever: Retriever, *, replace: bool = False) -> Retriever:
     name = check_retriever_name(getattr(retriever, "name", None))
     if name in REGISTRY and not replace:
         raise ConfigError(f"a retriever named {name!r} is registered already; pass replace=True to replace it")
+    if retriever.part_type is not None:  # a part format of its own: every index built from now on writes it
+        from ..index.parts import check_name, register_part_type
+
+        check_name(retriever.part_name)
+        register_part_type(retriever.part_type, replace=True)
+    if retriever.representation is not None:  # a representation no encoder makes
+        from ..encoders.reps import register_representation
+
+        if retriever.representation.name != retriever.needs:
+            raise ConfigError(f"retriever {name!r} needs {retriever.needs!r} but brings representation "
+                              f"{retriever.representation.name!r}")
+        register_representation(retriever.representation, replace=True)
     REGISTRY[name] = retriever
     return retriever
 
@@ -43,9 +58,15 @@ def unregister(name: str) -> Retriever:
     if name in RETRIEVERS:
         raise ConfigError(f"{name!r} is a built-in retriever and cannot be unregistered")
     try:
-        return REGISTRY.pop(name)
+        retriever = REGISTRY.pop(name)
     except KeyError:
         raise ConfigError(f"no retriever named {name!r} is registered") from None
+    if retriever.representation is not None and not any(r.representation is retriever.representation
+                                                        for r in REGISTRY.values()):
+        from ..encoders.reps import unregister_representation
+
+        unregister_representation(retriever.representation.name)
+    return retriever
 
 
 def get(name: str) -> Retriever:
