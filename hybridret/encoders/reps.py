@@ -24,7 +24,7 @@ import scipy.sparse as sp
 from ..errors import ConfigError
 from .base import EncodedBatch, Encoder
 
-__all__ = ["KINDS", "REPRESENTATIONS", "Representation", "encode", "register_representation", "rep_spec",
+__all__ = ["KINDS", "REPRESENTATIONS", "Representation", "check_name", "encode", "register_representation", "rep_spec",
            "stack_rows", "take_rows", "unregister_representation"]
 
 KINDS = ("dense", "sparse")
@@ -56,9 +56,15 @@ class Representation(ABC):
 REPRESENTATIONS: dict[str, Representation] = {}
 
 
-def register_representation(rep: Representation, *, replace: bool = False) -> Representation:
-    from ..index.parts import check_name
+def check_name(name: Any, what: str = "part") -> str:
+    """A part or representation name: a short identifier (it becomes a folder name)."""
+    if not isinstance(name, str) or not name.isidentifier() or len(name) > 64 or name.startswith("_"):
+        raise ConfigError(f"{what} names are identifiers of at most 64 characters, not starting with '_'; "
+                          f"got {name!r}")
+    return name
 
+
+def register_representation(rep: Representation, *, replace: bool = False) -> Representation:
     check_name(getattr(rep, "name", None), "representation")
     if rep.kind not in KINDS:
         raise ConfigError(f"representation {rep.name!r}: kind must be 'dense' or 'sparse', got {rep.kind!r}")

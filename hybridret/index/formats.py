@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from .parts import TEXT, PartSpec, PartType, register_part_type
+from ..errors import IndexFormatError
+from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
+from .storage import read_json
 
-__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts"]
+__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts", "open_part", "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
 LEARNED_V1 = "hybridret-learned-v1"
@@ -115,3 +117,28 @@ def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, A
     if settings.get("bm25", True):
         parts["bm25"] = PartSpec(BM25_V1, TEXT)
     return parts
+
+
+def part_type(fmt: str, where: Path | str | None = None) -> PartType:
+    pt = PART_TYPES.get(fmt)
+    if pt is None:
+        at = f"{where}: " if where is not None else ""
+        known = ", ".join(sorted(PART_TYPES))
+        raise IndexFormatError(f"{at}part format {fmt!r} is not known to this hybridret (known: {known}); if a "
+                               "retriever you registered wrote it, register it before opening the index")
+    return pt
+
+
+def open_part(root: Path, expected: str | None = None, *, device: str | None = None) -> Any:
+    """Open the part folder ``root`` with the reader its ``meta.json`` names (checked against
+    ``expected``, the format the segment lists)."""
+    meta_file = root / "meta.json"
+    if not meta_file.is_file():
+        raise IndexFormatError(f"missing index file {meta_file}")
+    meta = read_json(meta_file)
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    if not isinstance(fmt, str):
+        raise IndexFormatError(f"{meta_file} names no part format")
+    if expected is not None and fmt != expected:
+        raise IndexFormatError(f"{meta_file}: format {fmt!r}, the segment lists {expected!r}")
+    return part_type(fmt, root).open(root, device)

@@ -3,7 +3,9 @@
 A segment is a document store (ids, texts, metadata, text hashes) plus a ``dict`` of named
 **parts** (``"dense"``, ``"sparse"``, ``"bm25"``, or one that a registered retriever brings). Each
 part lives in its own folder with a ``meta.json`` whose ``"format"`` names the :class:`PartType`
-that reads it; one class per format. A part is built from one *source*: a representation that the
+that reads it; one class per format. The readers of the built-in formats, and the lookup of a format's reader
+(:func:`~hybridret.index.formats.part_type`, :func:`~hybridret.index.formats.open_part`), are in
+:mod:`.formats`. A part is built from one *source*: a representation that the
 encoder (or a registered :class:`~hybridret.encoders.reps.Representation`) makes, by name, or the
 documents' ``"text"``.
 
@@ -21,11 +23,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..encoders.reps import check_name
 from ..errors import ConfigError, IndexFormatError
-from .storage import read_json
 
-__all__ = ["PART_TYPES", "TEXT", "Part", "PartBuilder", "PartSpec", "PartType", "check_name", "open_part",
-           "part_type", "register_part_type"]
+__all__ = ["PART_TYPES", "TEXT", "Part", "PartBuilder", "PartSpec", "PartType", "check_name", "register_part_type"]
 
 TEXT = "text"  # the source of parts built from the documents' text rather than a representation
 
@@ -99,38 +100,3 @@ def register_part_type(pt: PartType, *, replace: bool = False) -> PartType:
         raise ConfigError(f"part format {pt.format!r} is already registered")
     PART_TYPES[pt.format] = pt
     return pt
-
-
-def part_type(fmt: str, where: Path | str | None = None) -> PartType:
-    from . import formats  # noqa: F401 - registers the built-in formats
-
-    pt = PART_TYPES.get(fmt)
-    if pt is None:
-        at = f"{where}: " if where is not None else ""
-        known = ", ".join(sorted(PART_TYPES))
-        raise IndexFormatError(f"{at}part format {fmt!r} is not known to this hybridret (known: {known}); if a "
-                               "retriever you registered wrote it, register it before opening the index")
-    return pt
-
-
-def open_part(root: Path, expected: str | None = None, *, device: str | None = None) -> Any:
-    """Open the part folder ``root`` with the reader its ``meta.json`` names (checked against
-    ``expected``, the format the segment lists)."""
-    meta_file = root / "meta.json"
-    if not meta_file.is_file():
-        raise IndexFormatError(f"missing index file {meta_file}")
-    meta = read_json(meta_file)
-    fmt = meta.get("format") if isinstance(meta, dict) else None
-    if not isinstance(fmt, str):
-        raise IndexFormatError(f"{meta_file} names no part format")
-    if expected is not None and fmt != expected:
-        raise IndexFormatError(f"{meta_file}: format {fmt!r}, the segment lists {expected!r}")
-    return part_type(fmt, root).open(root, device)
-
-
-def check_name(name: Any, what: str = "part") -> str:
-    """A part or representation name: a short identifier (it becomes a folder name)."""
-    if not isinstance(name, str) or not name.isidentifier() or len(name) > 64 or name.startswith("_"):
-        raise ConfigError(f"{what} names are identifiers of at most 64 characters, not starting with '_'; "
-                          f"got {name!r}")
-    return name

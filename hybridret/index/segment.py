@@ -22,9 +22,10 @@ import numpy as np
 from ..encoders import EncodedBatch
 from ..errors import ConfigError, IndexFormatError
 from .docstore import DocStore, DocStoreWriter
+from .formats import open_part, part_type
 from .legacy import open_legacy_parts
 from .metadata import MetadataColumns, MetadataWriter, read_metadata
-from .parts import TEXT, PartSpec, check_name, open_part, part_type
+from .parts import TEXT, PartSpec, check_name
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["Segment", "SegmentWriter", "check_files", "file_list", "text_key"]
