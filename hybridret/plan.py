@@ -192,6 +192,7 @@ class CandidateSource(ABC):
 
     def check(self, plan: SearchPlan) -> None:
         """Refuse a plan this source cannot run exactly, before anything is encoded (default: none)."""
+        return None
 
     @property
     def empty(self) -> bool:
