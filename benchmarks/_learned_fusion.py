@@ -22,7 +22,7 @@ import numpy as np
 
 from hybridret.fusion import _ranks, normalise
 from hybridret.hybrid import Candidates
-from hybridret.qpp import agreement
+from hybridret.refine import agreement
 
 GRID_SIGNALS = ("dense", "sparse", "bm25", "refined")
 GRID = [w for w in itertools.product((0, 1, 2), repeat=len(GRID_SIGNALS)) if any(w)]

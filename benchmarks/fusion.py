@@ -46,12 +46,20 @@ from hybridret.hybrid import (  # noqa: E402
     fuse,
     fused_search,
     gather_candidates,
-    guide_weights,
     select,
 )
 from hybridret.index.bm25 import BM25Store, BM25StoreBuilder  # noqa: E402
-from hybridret.qpp import agreement, agreement_weights, top_mask  # noqa: E402
-from hybridret.refine import GQRConfig, adaptive_guide, gqr_refine, gqr_scores, masked_softmax  # noqa: E402
+from hybridret.refine import (  # noqa: E402
+    GQRConfig,
+    adaptive_guide,
+    agreement,
+    agreement_weights,
+    gqr_refine,
+    gqr_scores,
+    guide_weights,
+    masked_softmax,
+    top_mask,
+)
 from hybridret.retrievers import REGISTRY, QueryBatch, Retriever, score_rows, search_rows, vectors_of  # noqa: E402
 from hybridret.retrievers.bm25 import bm25_tokens  # noqa: E402
 from hybridret.retrievers.rm3 import RM3Retriever  # noqa: E402

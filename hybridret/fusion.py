@@ -1,19 +1,46 @@
 """Score fusion over a candidate union: small pure functions on ``(nq, m)`` arrays.
 
 Invalid entries (padding) are marked by ``valid=False`` and never influence statistics.
+:class:`Candidates` holds a gathered union and :func:`select` takes the top-k of fused scores over
+it; both live here (and are re-exported by :mod:`hybridret.hybrid`) so that every fusion method,
+GQR's in :mod:`hybridret.refine` included, builds on this module alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["NORMALISATIONS", "candidate_union", "linear_fusion", "normalise", "rrf_fusion"]
+__all__ = ["NORMALISATIONS", "Candidates", "FusedRows", "candidate_union", "linear_fusion", "normalise",
+           "rrf_fusion", "select"]
 
 NORMALISATIONS = ("none", "minmax", "zscore")
+
+FusedRows = tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]
+"""What a fusion method returns: rows ``(nq, k)`` (``-1`` padded), fused scores ``(nq, k)`` float32
+(``-inf`` padded) and each retriever's exact score of those rows (float32, ``nan`` padded)."""
+
+
+@dataclass
+class Candidates:
+    """The union of the retrievers' top lists with every retriever's exact scores.
+
+    ``vectors`` (optional) holds the stored dense vectors of the rows (zeros for ``-1``): with it,
+    :func:`hybridret.hybrid.fuse` needs no snapshot for any method but GQR's ``final="research"``,
+    so a coordinator can fuse a union gathered from shards."""
+
+    rows: np.ndarray  # (nq, m), -1 padded
+    exact: dict[str, np.ndarray]  # retriever -> (nq, m) exact scores
+    listed: dict[str, np.ndarray]  # retriever -> (nq, m) bool: candidate is in that retriever's own list
+    vectors: np.ndarray | None = None  # (nq, m, dim) float32 dense vectors of the rows
+
+    @property
+    def valid(self) -> np.ndarray:
+        return self.rows >= 0
 
 
 def candidate_union(*row_sets: np.ndarray) -> np.ndarray:
@@ -110,3 +137,20 @@ def rrf_fusion(
         raise ConfigError("rrf_fusion needs at least one retriever's scores")
     return np.where(any_valid, fused, -np.inf)
 
+
+
+def select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int) -> FusedRows:
+    """Top-k of fused candidate scores (ties by position), carrying each retriever's exact score."""
+    order = np.argsort(-np.where(union >= 0, fused, -np.inf), axis=1, kind="stable")[:, :k]
+    rows = np.take_along_axis(union, order, axis=1)
+    scores = np.take_along_axis(np.asarray(fused, dtype=np.float64), order, axis=1)
+    comps = {name: np.take_along_axis(np.asarray(v, dtype=np.float64), order, axis=1) for name, v in exact.items()}
+    if rows.shape[1] < k:
+        pad = k - rows.shape[1]
+        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
+        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+        comps = {n: np.pad(v, ((0, 0), (0, pad)), constant_values=np.nan) for n, v in comps.items()}
+    invalid = rows < 0
+    scores = np.where(invalid, -np.inf, scores)
+    comps = {n: np.where(invalid, np.nan, v).astype(np.float32) for n, v in comps.items()}
+    return rows, scores.astype(np.float32), comps

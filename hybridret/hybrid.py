@@ -4,30 +4,34 @@ Every method here works the same way: each retriever in the union contributes it
 rows; every candidate then gets the *exact* score of every retriever (dense from the vector store,
 learned sparse from the forward store, BM25 from tantivy restricted to the candidates), so a
 document found by one side is never fused with a missing score from the other.
+
+:func:`fuse` dispatches through :data:`FUSERS` (method name -> function with :class:`Fuser`'s
+signature): linear and RRF are the small functions here, GQR is :func:`hybridret.refine.fuse_gqr`.
+A new fusion method is one function and one entry of that table (:data:`FUSION_METHODS` follows it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from .errors import ConfigError, check_fields
-from .fusion import candidate_union, linear_fusion, rrf_fusion
-from .refine import GQRConfig, adaptive_guide, gqr_scores, guide_signal
+from .fusion import Candidates, FusedRows, candidate_union, linear_fusion, rrf_fusion, select
+from .refine import GQRConfig, fuse_gqr
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
     from .index.snapshot import Snapshot
 
-__all__ = ["FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS", "Candidates",
-           "FusionConfig", "fuse", "fused_search", "gather_candidates", "gather_lists", "guide_scores", "guide_weights",
-           "prepare_all"]
+__all__ = ["FUSERS", "FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS",
+           "Candidates", "FusedRows", "Fuser", "FusionConfig", "fuse", "fuse_linear", "fuse_rrf", "fused_search",
+           "gather_candidates", "gather_lists", "prepare_all", "select"]
 
-FUSION_METHODS = ("linear", "rrf", "gqr")
 GUIDE_WEIGHTINGS = ("fixed", "agreement")
 FUSION_CHUNK = 256  # queries fused at a time: bounds GQR's (queries, candidates, dim) block
 
@@ -43,7 +47,7 @@ class FusionConfig:
     :meth:`HybridRetriever.fusion_config` falls back to the sparse guide alone).
 
     ``guide_weighting="agreement"`` (what ``hybrid`` uses by default) scales each guide's weight per
-    query by how much its top 10 agrees with the other retrievers' top 10s (:mod:`hybridret.qpp`),
+    query by how much its top 10 agrees with the other retrievers' top 10s (:func:`hybridret.refine.agreement`),
     so a guide that is off on a query (BM25 on a paraphrased MS MARCO question) pulls less;
     ``"fixed"`` (the default of an explicit config, and of configs stored before it existed) uses
     ``guide`` as given.
@@ -109,29 +113,38 @@ class FusionConfig:
         return replace(self, **changes)
 
 
+class Fuser(Protocol):
+    """A fusion method: the top ``k`` of gathered candidates (see :func:`fuse`)."""
+
+    def __call__(self, config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
+                 filt: Filter | None = None) -> FusedRows: ...
+
+
+def fuse_linear(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
+                filt: Filter | None = None) -> FusedRows:
+    """Weighted sum of the retrievers' normalised exact scores (``config.normalisation``)."""
+    fused = linear_fusion({r: cands.exact[r] for r in config.retrievers}, cands.valid, config.weights,
+                          config.normalisation)
+    return select(cands.rows, fused, cands.exact, k)
+
+
+def fuse_rrf(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
+             filt: Filter | None = None) -> FusedRows:
+    """Reciprocal rank fusion over the retrievers whose own list holds each candidate."""
+    fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
+    return select(cands.rows, fused, cands.exact, k)
+
+
+FUSERS: Mapping[str, Fuser] = MappingProxyType({"linear": fuse_linear, "rrf": fuse_rrf, "gqr": fuse_gqr})
+"""Fusion method name -> the function :func:`fuse` runs for it (read-only)."""
+FUSION_METHODS = tuple(FUSERS)
+
+
 HYBRID_FINAL_GUIDE = 0.25  # picked on 6 of 7 leave-one-collection-out folds of a sweep (docs/fusion.md)
 HYBRID_DEFAULT = FusionConfig(method="gqr", guide_weighting="agreement", gqr=GQRConfig(final_guide=HYBRID_FINAL_GUIDE))
 """What ``method="hybrid"`` runs on an index with dense, learned sparse and BM25: GQR with the guide
 weighted per query by top-10 agreement, ranking by the z-scored refined dense score plus a quarter
 of the z-scored guide."""
-
-
-@dataclass
-class Candidates:
-    """The union of the retrievers' top lists with every retriever's exact scores.
-
-    ``vectors`` (optional) holds the stored dense vectors of the rows (zeros for ``-1``): with it,
-    :func:`fuse` needs no snapshot for any method but GQR's ``final="research"``, so a coordinator
-    can fuse a union gathered from shards."""
-
-    rows: np.ndarray  # (nq, m), -1 padded
-    exact: dict[str, np.ndarray]  # retriever -> (nq, m) exact scores
-    listed: dict[str, np.ndarray]  # retriever -> (nq, m) bool: candidate is in that retriever's own list
-    vectors: np.ndarray | None = None  # (nq, m, dim) float32 dense vectors of the rows
-
-    @property
-    def valid(self) -> np.ndarray:
-        return self.rows >= 0
 
 
 def prepare_all(names: tuple[str, ...], snap: Snapshot, q: QueryBatch, stats: Mapping[str, Any] | None = None
@@ -176,18 +189,6 @@ def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def guide_weights(config: FusionConfig, cands: Candidates) -> dict[str, float | np.ndarray]:
-    """GQR's guide weights for these candidates (see :func:`hybridret.refine.adaptive_guide`)."""
-    if config.guide_weighting == "fixed":
-        return dict(config.guide)
-    return adaptive_guide(config.guide, cands.exact, cands.listed, config.union_retrievers)
-
-
-def guide_scores(cands: Candidates, guide: Mapping[str, float]) -> np.ndarray:
-    """A single guide signal: one retriever's raw scores, or a weighted sum of z-scored scores."""
-    return guide_signal(cands.exact, cands.valid, guide)
-
-
 def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None
                  ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows, for queries
@@ -200,67 +201,12 @@ def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *,
 
 def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
          filt: Filter | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set).
+    """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set): the
+    function :data:`FUSERS` holds for ``config.method``.
 
     ``snap`` may be ``None`` when ``cands.vectors`` is set (or for linear / RRF): everything but
     GQR's ``final="research"`` is then computed from the candidates and the queries alone."""
-    valid = cands.valid
-    if config.method == "linear":
-        fused = linear_fusion({r: cands.exact[r] for r in config.retrievers}, valid, config.weights,
-                              config.normalisation)
-        return select(cands.rows, fused, cands.exact, k)
-    if config.method == "rrf":
-        fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
-        return select(cands.rows, fused, cands.exact, k)
-    # GQR: refine the dense query towards the guide, then rank with it
-    if snap is not None:
-        metrics = {seg.dense.metric for seg in snap.segments if seg.dense is not None}
-        if not REGISTRY["dense"].available(snap) or metrics != {"ip"}:
-            raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
-    gqr = config.gqr
-    if gqr.final == "research" and snap is None:
-        raise ConfigError("GQR with final='research' searches the dense index again: it needs the snapshot")
-    if cands.vectors is not None:
-        docs = cands.vectors
-    elif snap is not None:
-        docs = vectors_of(snap, cands.rows)
-    else:
-        raise ConfigError("GQR needs the candidates' dense vectors: gather them with vectors=True or pass the snapshot")
-    if q.dense is None:
-        raise ConfigError("GQR needs the queries' dense vectors")
-    refined, refined_scores, g = gqr_scores(gqr, guide_weights(config, cands), cands.exact, valid, q.dense, docs)
-    if gqr.final == "research":
-        dense = REGISTRY["dense"]
-        rq = q.with_(dense=refined)
-        rows, scores = search_rows(dense, snap, rq, k, filt)  # type: ignore[arg-type]
-        comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}  # type: ignore[arg-type]
-        return rows, scores, comps
-    exact = dict(cands.exact)
-    exact["dense_refined"] = refined_scores
-    if gqr.final_guide:  # a share of the guide kept in the final ranking (the ``hybrid`` default)
-        fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
-                              {"dense_refined": 1.0, "guide": gqr.final_guide}, "zscore")
-        return select(cands.rows, fused, exact, k)
-    if gqr.final == "fuse":
-        fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
-                              {"dense_refined": 1.0 - gqr.alpha, "guide": gqr.alpha}, "minmax")
-        return select(cands.rows, fused, exact, k)
-    return select(cands.rows, refined_scores, exact, k)
-
-
-def select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int
-           ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Top-k of fused candidate scores (ties by position), carrying each retriever's exact score."""
-    order = np.argsort(-np.where(union >= 0, fused, -np.inf), axis=1, kind="stable")[:, :k]
-    rows = np.take_along_axis(union, order, axis=1)
-    scores = np.take_along_axis(np.asarray(fused, dtype=np.float64), order, axis=1)
-    comps = {name: np.take_along_axis(np.asarray(v, dtype=np.float64), order, axis=1) for name, v in exact.items()}
-    if rows.shape[1] < k:
-        pad = k - rows.shape[1]
-        rows = np.pad(rows, ((0, 0), (0, pad)), constant_values=-1)
-        scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
-        comps = {n: np.pad(v, ((0, 0), (0, pad)), constant_values=np.nan) for n, v in comps.items()}
-    invalid = rows < 0
-    scores = np.where(invalid, -np.inf, scores)
-    comps = {n: np.where(invalid, np.nan, v).astype(np.float32) for n, v in comps.items()}
-    return rows, scores.astype(np.float32), comps
+    fuser = FUSERS.get(config.method)
+    if fuser is None:  # FusionConfig checks the method: only a config built around its checks gets here
+        raise ConfigError(f"unknown fusion method {config.method!r}; expected one of {', '.join(FUSERS)}")
+    return fuser(config, cands, k, snap, q, filt=filt)

@@ -12,22 +12,41 @@ retriever's top list, each candidate scored exactly by every retriever):
 
 Dense cosines live in [-1, 1] while sparse dot products run to 10-40 and BM25 to 5-30, so each side
 has its own temperature, and guide scores are z-scored over U by default (then ``T_guide = 1``).
+
+Everything GQR does lives here: the settings (:class:`GQRConfig`), the optimiser
+(:func:`gqr_refine`), the guide (:func:`guide_signal`), its per-query weights from retriever
+agreement (:func:`agreement`, :func:`guide_weights`) and :func:`fuse_gqr`, the fusion method that
+:func:`hybridret.hybrid.fuse` dispatches ``method="gqr"`` to.
+
+Agreement is a label-free, per-query signal of how far each retriever can be trusted (query
+performance prediction), computed from the candidate union alone: a retriever whose top list shares
+documents with the other retrievers' top lists is more likely right on that query than one that
+agrees with nobody (the "wisdom of crowds" / reference-list idea of QPP, e.g. Shtok, Kurland and
+Carmel, "Using statistical decision theory and relevance models for query-performance prediction",
+SIGIR 2010; Diaz, "Performance prediction using spatial autocorrelation", SIGIR 2007). It needs
+nothing but each retriever's exact scores and which candidates it listed, so a coordinator that
+merges shards computes it once over the global union.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import ConfigError, check_fields
-from .fusion import normalise
-from .qpp import agreement, agreement_weights
+from .fusion import Candidates, FusedRows, linear_fusion, normalise, select
+from .retrievers import REGISTRY, QueryBatch, score_rows, search_rows, vectors_of
 
-__all__ = ["GQR_BLOCK", "GQRConfig", "adaptive_guide", "gqr_refine", "gqr_scores", "guide_signal", "kl_loss_grad",
-           "masked_softmax"]
+if TYPE_CHECKING:  # pragma: no cover
+    from .filters import Filter
+    from .hybrid import FusionConfig
+    from .index.snapshot import Snapshot
+
+__all__ = ["GQR_BLOCK", "GQRConfig", "adaptive_guide", "agreement", "agreement_weights", "fuse_gqr", "gqr_refine",
+           "gqr_scores", "guide_signal", "guide_weights", "kl_loss_grad", "masked_softmax", "top_mask"]
 
 FINAL_MODES = ("rerank", "research", "fuse")
 GQR_BLOCK = 16  # queries optimised together: their candidate vectors stay in cache across the steps
@@ -185,12 +204,121 @@ def gqr_scores(config: GQRConfig, guide: Mapping[str, float | np.ndarray], exact
     return refined, np.where(valid, scores, -np.inf).astype(np.float32), g
 
 
+# ------------------------------------------------------------------ per-query guide weights: agreement
+
+
+def top_mask(scores: np.ndarray, listed: np.ndarray, k: int) -> np.ndarray:
+    """``(nq, m)`` bool: the ``k`` best-scored candidates among those ``listed`` (ties by position)."""
+    if k < 1:
+        raise ConfigError(f"top_mask needs k >= 1, got {k}")
+    s = np.where(listed, scores, -np.inf)
+    order = np.argsort(-s, axis=1, kind="stable")[:, :k]
+    keep = np.take_along_axis(listed, order, axis=1)
+    out = np.zeros(listed.shape, dtype=bool)
+    np.put_along_axis(out, order, keep, axis=1)
+    return out
+
+
+def agreement(exact: Mapping[str, np.ndarray], listed: Mapping[str, np.ndarray], names: Sequence[str],
+              k: int = 10) -> dict[str, np.ndarray]:
+    """Per retriever and query, the mean over the *other* retrievers ``s`` of
+    ``|top_k(r) ∩ top_k(s)| / k``: 1 when every other retriever has the same top ``k``, 0 when none
+    shares a document. With fewer than two retrievers there is nothing to agree with: all ones."""
+    names = list(names)
+    missing = [n for n in names if n not in exact or n not in listed]
+    if missing:
+        raise ConfigError(f"agreement needs exact scores and listed masks of {missing}")
+    nq = next(iter(exact.values())).shape[0] if exact else 0
+    if len(names) < 2:
+        return {n: np.ones(nq) for n in names}
+    tops = {n: top_mask(exact[n], listed[n], k) for n in names}
+    return {r: np.mean([(tops[r] & tops[s]).sum(axis=1) / k for s in names if s != r], axis=0) for r in names}
+
+
+def agreement_weights(base: Mapping[str, float], agree: Mapping[str, np.ndarray], floor: float = 0.05
+                      ) -> dict[str, np.ndarray]:
+    """Per-query weights ``base[r] * (agree[r] + floor)``, normalised to sum to 1 per query.
+
+    ``floor`` keeps a retriever that agrees with nobody from vanishing (and gives equal weights when
+    no retriever agrees with any other)."""
+    if floor <= 0:
+        raise ConfigError(f"agreement floor must be positive, got {floor}")
+    raw = {r: abs(float(w)) * (np.asarray(agree[r], dtype=np.float64) + floor) for r, w in base.items()}
+    total = sum(raw.values())
+    total = np.where(total > 0, total, 1.0)  # type: ignore[call-overload]
+    return {r: v / total for r, v in raw.items()}
+
+
 def adaptive_guide(guide: Mapping[str, float], exact: Mapping[str, np.ndarray], listed: Mapping[str, np.ndarray],
                    retrievers: Sequence[str]) -> dict[str, float | np.ndarray]:
     """Per-query guide weights: ``guide[r] * (agreement_r + 0.05)``, normalised, where
     ``agreement_r`` is the mean top-10 overlap of guide ``r`` with each other retriever of the union
-    (:func:`hybridret.qpp.agreement`, the dense one included). A single guide keeps its weight."""
+    (:func:`agreement`, the dense one included). A single guide keeps its weight."""
     if len(guide) < 2:
         return dict(guide)
     names = [n for n in dict.fromkeys((*retrievers, *guide)) if n in exact and n in listed]
     return agreement_weights(guide, agreement(exact, listed, names))  # type: ignore[return-value]
+
+
+def guide_weights(config: FusionConfig, cands: Candidates) -> dict[str, float | np.ndarray]:
+    """GQR's guide weights for these candidates: ``config.guide`` as given (``guide_weighting="fixed"``)
+    or scaled per query by agreement (``"agreement"``, see :func:`adaptive_guide`)."""
+    if config.guide_weighting == "fixed":
+        return dict(config.guide)
+    return adaptive_guide(config.guide, cands.exact, cands.listed, config.union_retrievers)
+
+
+# ----------------------------------------------------------------------------- the fusion method
+
+
+def fuse_gqr(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
+             filt: Filter | None = None) -> FusedRows:
+    """GQR as a fusion method (``method="gqr"`` of :func:`hybridret.hybrid.fuse`): refine each dense
+    query towards its guide over the candidates, then rank with it.
+
+    ``config.gqr.final`` says how: ``"rerank"`` ranks the candidates by the refined dense score (plus
+    ``final_guide`` times the z-scored guide, over z-scored refined dense, when set); ``"fuse"``
+    min-max fuses the refined dense score with the guide (weights ``1 - alpha`` and ``alpha``);
+    ``"research"`` searches the whole dense index again with the refined queries (under ``filt``),
+    so it needs ``snap``. The candidates' vectors come from ``cands.vectors`` or else ``snap``; with a
+    snapshot, its dense index must score by inner product. Component scores carry the refined dense
+    score as ``"dense_refined"`` (``"research"``: the original dense score only)."""
+    valid = cands.valid
+    if snap is not None:
+        metrics = {seg.dense.metric for seg in snap.segments if seg.dense is not None}
+        if not REGISTRY["dense"].available(snap) or metrics != {"ip"}:
+            raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
+    gqr = config.gqr
+    if gqr.final == "research" and snap is None:
+        raise ConfigError("GQR with final='research' searches the dense index again: it needs the snapshot")
+    if cands.vectors is not None:
+        docs = cands.vectors
+    elif snap is not None:
+        docs = vectors_of(snap, cands.rows)
+    else:
+        raise ConfigError("GQR needs the candidates' dense vectors: gather them with vectors=True or pass the snapshot")
+    if q.dense is None:
+        raise ConfigError("GQR needs the queries' dense vectors")
+    refined, refined_scores, g = gqr_scores(gqr, guide_weights(config, cands), cands.exact, valid, q.dense, docs)
+    if gqr.final == "research":
+        return _research(snap, q, refined, k, filt)  # type: ignore[arg-type]
+    exact = dict(cands.exact)
+    exact["dense_refined"] = refined_scores
+    if gqr.final_guide:  # a share of the guide kept in the final ranking (the ``hybrid`` default)
+        fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
+                              {"dense_refined": 1.0, "guide": gqr.final_guide}, "zscore")
+        return select(cands.rows, fused, exact, k)
+    if gqr.final == "fuse":
+        fused = linear_fusion({"dense_refined": refined_scores, "guide": g}, valid,
+                              {"dense_refined": 1.0 - gqr.alpha, "guide": gqr.alpha}, "minmax")
+        return select(cands.rows, fused, exact, k)
+    return select(cands.rows, refined_scores, exact, k)
+
+
+def _research(snap: Snapshot, q: QueryBatch, refined: np.ndarray, k: int, filt: Filter | None) -> FusedRows:
+    """``final="research"``: the top ``k`` of the whole dense index for the refined queries, each
+    carrying its original dense score."""
+    dense = REGISTRY["dense"]
+    rows, scores = search_rows(dense, snap, q.with_(dense=refined), k, filt)
+    comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}
+    return rows, scores, comps

@@ -222,3 +222,48 @@ def test_final_guide_by_hand():
         GQRConfig(final="fuse", final_guide=0.25)
     with pytest.raises(ConfigError, match="final_guide"):
         GQRConfig(final_guide=-1)
+
+
+def test_fuse_dispatches_through_the_method_table(monkeypatch):
+    """Every FusionConfig method has an entry in hybrid.FUSERS, fuse runs exactly that entry (GQR's
+    is refine.fuse_gqr), an unknown method is a ConfigError, and a method added to the table is usable."""
+    import hybridret.hybrid as hybrid
+    from hybridret.refine import fuse_gqr
+    from hybridret.retrievers import QueryBatch
+
+    assert hybrid.FUSION_METHODS == tuple(hybrid.FUSERS) == ("linear", "rrf", "gqr")
+    assert hybrid.FUSERS["gqr"] is fuse_gqr
+    with pytest.raises(TypeError):
+        hybrid.FUSERS["x"] = fuse_gqr  # read-only: methods are added in the table's one definition
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(2, 6, 4)).astype(np.float32)
+    dense = rng.normal(size=(2, 4)).astype(np.float32)
+    rows = np.array([[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, -1, -1]])
+    valid = rows >= 0
+    exact = {"dense": np.where(valid, np.einsum("nd,nmd->nm", dense, vectors), -np.inf),
+             "sparse": rng.uniform(0, 5, size=(2, 6)), "bm25": rng.uniform(0, 9, size=(2, 6))}
+    listed = {n: valid & (rng.uniform(size=(2, 6)) < 0.7) for n in exact}
+    cands = hybrid.Candidates(rows, exact, listed, vectors=np.where(valid[..., None], vectors, 0.0))
+    q = QueryBatch(["a", "b"], dense=dense)
+    for method in hybrid.FUSION_METHODS:
+        cfg = FusionConfig(method, retrievers=("dense", "sparse", "bm25"))
+        got, want = hybrid.fuse(cfg, cands, 3, None, q), hybrid.FUSERS[method](cfg, cands, 3, None, q)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert got[0].shape == (2, 3) and set(got[2]) >= {"dense", "sparse", "bm25"}
+    with pytest.raises(ConfigError, match="unknown fusion method 'vibes'; expected one of linear, rrf, gqr"):
+        FusionConfig("vibes")
+    rogue = FusionConfig("rrf")
+    object.__setattr__(rogue, "method", "vibes")  # past FusionConfig's check: fuse still names the problem
+    with pytest.raises(ConfigError, match="unknown fusion method 'vibes'"):
+        hybrid.fuse(rogue, cands, 3, None, q)
+
+    def by_position(config, cands, k, snap, q, *, filt=None):
+        return hybrid.select(cands.rows, -np.arange(cands.rows.shape[1], dtype=float)[None].repeat(len(q), 0),
+                             cands.exact, k)
+
+    table = {**hybrid.FUSERS, "position": by_position}
+    monkeypatch.setattr(hybrid, "FUSERS", table)
+    monkeypatch.setattr(hybrid, "FUSION_METHODS", tuple(table))
+    got = hybrid.fuse(FusionConfig("position"), cands, 3, None, q)
+    assert got[0].tolist() == [[0, 1, 2], [6, 7, 8]]

@@ -37,8 +37,6 @@ class QueryBatch:
     accepted as keywords, and ``q.dense`` / ``q.sparse`` read them (``None`` when absent).
     """
 
-    __slots__ = ("texts", "reps")
-
     def __init__(self, texts: list[str], reps: Mapping[str, Any] | None = None, **named: Any) -> None:
         self.texts = list(texts)
         merged = dict(reps or {})
