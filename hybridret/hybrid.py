@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["FUSERS", "FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS",
            "Candidates", "FusedRows", "Fuser", "FusionConfig", "fuse", "fuse_linear", "fuse_rrf", "fused_search",
-           "gather_candidates", "select"]
+           "gather_candidates", "gather_lists", "prepare_all", "select"]
 
 GUIDE_WEIGHTINGS = ("fixed", "agreement")
 FUSION_CHUNK = 256  # queries fused at a time: bounds GQR's (queries, candidates, dim) block
@@ -149,17 +149,38 @@ weighted per query by top-10 agreement, ranking by the z-scored refined dense sc
 of the z-scored guide."""
 
 
-def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *,
-                      filt: Filter | None = None, score_all: tuple[str, ...] = (), vectors: bool = False) -> Candidates:
-    """Top ``depth`` of each retriever in ``names`` (pre-filtered), their union, and exact scores
-    from every retriever in ``names + score_all``; with ``vectors``, the rows' dense vectors too."""
-    ctx = {name: REGISTRY[name].prepare(snap, q) for name in dict.fromkeys((*names, *score_all))}
-    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name])[0] for name in names}
-    union = candidate_union(*lists.values())
+def prepare_all(names: tuple[str, ...], snap: Snapshot, q: QueryBatch, stats: Mapping[str, Any] | None = None
+                ) -> dict[str, Any]:
+    """Each retriever's per-call context (:meth:`Retriever.prepare`), with the collection
+    statistics ``stats`` names for it (summed over shards; absent: the snapshot's own)."""
+    stats = stats or {}
+    return {name: REGISTRY[name].prepare(snap, q, stats=stats.get(name)) for name in dict.fromkeys(names)}
+
+
+def gather_lists(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
+                 score_all: tuple[str, ...] = (), stats: Mapping[str, Any] | None = None
+                 ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
+    """What candidate gathering computes on one snapshot (a single index, or one shard of a sharded
+    one): each retriever's top ``depth`` ``(rows, scores)`` (pre-filtered), their union (first-seen
+    order), and every retriever in ``names + score_all``'s exact scores of the union (``0`` at
+    padding)."""
+    ctx = prepare_all((*names, *score_all), snap, q, stats)
+    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name]) for name in names}
+    union = candidate_union(*(rows for rows, _ in lists.values()))
     exact = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name]) for name in ctx}
+    return lists, union, exact
+
+
+def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *,
+                      filt: Filter | None = None, score_all: tuple[str, ...] = (), vectors: bool = False,
+                      stats: Mapping[str, Any] | None = None) -> Candidates:
+    """Top ``depth`` of each retriever in ``names`` (pre-filtered), their union, and exact scores
+    from every retriever in ``names + score_all``; with ``vectors``, the rows' dense vectors too.
+    ``stats``: collection statistics by retriever (see :func:`prepare_all`)."""
+    lists, union, exact = gather_lists(names, depth, snap, q, filt=filt, score_all=score_all, stats=stats)
     if "dense" in exact:  # padding scores -inf, as the dense index does
         exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
-    listed = {name: _member(union, rows) for name, rows in lists.items()}
+    listed = {name: _member(union, rows) for name, (rows, _) in lists.items()}
     return Candidates(rows=union, exact=exact, listed=listed, vectors=vectors_of(snap, union) if vectors else None)
 
 
@@ -172,18 +193,12 @@ def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None
                  ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows; queries are
-    fused :data:`FUSION_CHUNK` at a time so memory stays bounded for any batch."""
-    parts = []
-    for a in range(0, len(q), FUSION_CHUNK):
-        sub = q.slice(a, a + FUSION_CHUNK)
-        cands = gather_candidates(config.union_retrievers, max(k, config.depth), snap, sub, filt=filt)
-        parts.append(fuse(config, cands, k, snap, sub, filt=filt))
-    if len(parts) == 1:
-        return parts[0]
-    names = parts[0][2]
-    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-            {n: np.concatenate([p[2][n] for p in parts]) for n in names})
+    """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows, for queries
+    already encoded (blank ones included); the search plan's executor
+    (:func:`hybridret.plan.execute`), so queries are fused :data:`FUSION_CHUNK` at a time."""
+    from .plan import SnapshotSource, execute, fused_plan
+
+    return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap), q)
 
 
 def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,

@@ -22,10 +22,11 @@ from .encoders import Encoder, encoder_from_config
 from .encoders.reps import REPRESENTATIONS, encode
 from .errors import ConfigError
 from .filters import Filter, parse_filter
-from .hybrid import HYBRID_DEFAULT, FusionConfig, fused_search
+from .hybrid import FusionConfig
 from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
-from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
+from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
+from .retrievers import REGISTRY, RETRIEVERS, QueryBatch
 from .types import Hit, Hits, MatchedTerm
 
 __all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
@@ -263,39 +264,18 @@ class Searcher:
     def available(self, snap: Snapshot | None = None) -> dict[str, bool]:
         """Which retrievers this index (and its encoder) can run."""
         snap = snap or self._snap
-        return {name: r.available(snap) and (r.needs == "text" or self._encoder.has(r.needs))
-                for name, r in REGISTRY.items()}
+        return runnable({name: r.available(snap) for name, r in REGISTRY.items()}, self._encoder.has)
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None,
                       snap: Snapshot | None = None) -> FusionConfig | None:
-        """The fusion settings for a method: explicit ``fusion`` first, then what ``hybridret tune``
-        stored in the index, then defaults (``hybrid`` = GQR guided by learned sparse + BM25, the best
-        fixed setting measured in docs/fusion.md, its guide weights set per query by the retrievers'
-        top-10 agreement), dropping whatever this index lacks. ``None`` when
-        ``hybrid`` has a single retriever to run (e.g. a sparse-only index without BM25)."""
+        """The fusion settings for a method (:func:`hybridret.plan.default_fusion`): explicit
+        ``fusion`` first, then what ``hybridret tune`` stored in the index, then defaults
+        (``hybrid`` = GQR guided by learned sparse + BM25, the best fixed setting measured in
+        docs/fusion.md, its guide weights set per query by the retrievers' top-10 agreement),
+        dropping whatever this index lacks. ``None`` when ``hybrid`` has a single retriever to run
+        (e.g. a sparse-only index without BM25)."""
         snap = snap or self._snap
-        stored = snap.manifest.get("fusion")
-        if fusion is not None:
-            cfg = fusion if isinstance(fusion, FusionConfig) else FusionConfig.from_dict(fusion)
-            return cfg if method == "hybrid" else cfg.with_(method=method)
-        if stored:
-            cfg = FusionConfig.from_dict(stored)
-            if method in ("hybrid", cfg.method):
-                return cfg
-        have = self.available(snap)
-        usable = tuple(r for r in RETRIEVERS if have[r])
-        # ``hybrid`` = GQR with agreement-weighted guides and a share of the guide in the final ranking
-        # (hybrid.HYBRID_DEFAULT, docs/fusion.md); ``gqr`` keeps fixed weights and the refined dense ranking
-        cfg = HYBRID_DEFAULT if method == "hybrid" else FusionConfig(method=method)
-        if cfg.method == "gqr":
-            guide = {r: w for r, w in cfg.guide.items() if have[r]}
-            if have["dense"] and guide:
-                return cfg.with_(guide=guide) if guide != dict(cfg.guide) else cfg
-            if method == "hybrid" and len(usable) == 1:
-                return None
-            cfg = FusionConfig(method="linear")
-        retrievers = usable[:max(2, len(cfg.retrievers))]
-        return cfg.with_(retrievers=retrievers) if retrievers != cfg.retrievers else cfg
+        return default_fusion(method, fusion, available=self.available(snap), stored=snap.manifest.get("fusion"))
 
     # -- search ---------------------------------------------------------------------------------
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
@@ -336,42 +316,8 @@ class Searcher:
         :class:`Hits` of shape ``(len(queries), k)``."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
         snap = self._snap  # one snapshot for the whole call
-        src = HitSource(snap, self._encoder)
-        cfg = None
-        single = method if method in REGISTRY else None
-        if single is None:
-            cfg = self.fusion_config(method, fusion, snap)
-            if cfg is None:
-                single = next(r for r, ok in self.available(snap).items() if ok)
-            elif candidates is not None:
-                cfg = cfg.with_(depth=candidates)
-        used = {single} if single else set(cfg.union_retrievers)  # type: ignore[union-attr]
-        have = self.available(snap)
-        for name in sorted(used):
-            if not have[name] and snap.num_rows:
-                what = {"dense": "dense", "sparse": "learned-sparse", "bm25": "BM25"}.get(name, name)
-                raise ConfigError(f"this index has no {what} component")
-        label = method if method != "hybrid" else f"hybrid:{cfg.method if cfg else single}"
-        n, keep = len(texts), [i for i, t in enumerate(texts) if t.strip()]
-        rows = np.full((n, k), -1, dtype=np.int64)
-        scores = np.full((n, k), -np.inf, dtype=np.float32)
-        comps: dict[str, np.ndarray] = {}
-        qs = None
-        if keep and snap.num_docs:
-            q = self.encode_queries([texts[i] for i in keep], {REGISTRY[u].needs for u in used})
-            if single is not None:
-                r, s = search_rows(REGISTRY[single], snap, q, k, filt)
-                c = {single: s}
-            else:
-                r, s, c = fused_search(cfg, k, snap, q, filt=filt)  # type: ignore[arg-type]
-            rows[keep], scores[keep] = r, s
-            for name, v in c.items():
-                comps[name] = np.full((n, k), np.nan, dtype=np.float32)
-                comps[name][keep] = v
-            if q.sparse is not None:  # rows of the blank queries stay empty
-                place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))),
-                                      shape=(n, len(keep)))
-                qs = (place @ q.sparse).tocsr()
-        ids = np.where(rows >= 0, snap.ids[np.maximum(rows, 0)] if snap.num_rows else "", "")
-        return Hits(queries=texts, method=label, ids=ids.astype(object), rows=rows, scores=scores,
-                    components=comps, query_sparse=qs, _source=src)
+        plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
+                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0)
+        res = run_plan(plan, SnapshotSource(snap), self.encode_queries)
+        return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
+                    components=res.components, query_sparse=res.query_sparse, _source=HitSource(snap, self._encoder))

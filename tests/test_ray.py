@@ -193,6 +193,32 @@ def test_filtered_search_equals_one_index(searchers, local_index):
             assert_same(one, many)
 
 
+def test_hybrid_candidates_and_chunks_equal_one_index(searchers, local_index, monkeypatch):
+    """The default ``hybrid`` (GQR with agreement-weighted guides), a ``candidates`` override and
+    batches run a few queries at a time (hybridret.plan's chunking, both sides) equal one index."""
+    import hybridret.plan as plan
+    from hybridret.distributed.source import ShardedSource
+
+    for kw in ({"method": "hybrid"}, {"method": "rrf", "candidates": 5}, {"method": "linear", "candidates": 30}):
+        one = local_index.search(QUERIES, k=10, **kw)
+        many = searchers[2].search(QUERIES, k=10, **kw)
+        assert many.method == one.method
+        assert_same(one, many)
+    assert one.method == "linear" and many.method == "linear"
+    assert searchers[2].search(QUERIES[:2], k=3).method == "hybrid:gqr"
+    monkeypatch.setattr(plan, "FUSION_CHUNK", 4)
+    monkeypatch.setattr(ShardedSource, "top_chunk", 4)
+    for method in ("bm25", "gqr", "hybrid"):
+        assert_same(local_index.search(QUERIES, k=10, method=method), searchers[3].search(QUERIES, k=10, method=method))
+
+
+def test_gqr_research_is_refused_on_shards(searchers):
+    from hybridret.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="final='research' is not available on a sharded index"):
+        searchers[2].search(QUERIES, k=5, method="gqr", fusion={"method": "gqr", "gqr": {"final": "research"}})
+
+
 def test_hit_views_and_get(searchers, local_index):
     one = local_index.search("orchestra concert piano", k=3, method="rrf")[0]
     many = searchers[2].search("orchestra concert piano", k=3, method="rrf")[0]

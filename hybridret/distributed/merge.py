@@ -10,10 +10,11 @@ by row number), so results agree with one index up to the order of equal scores.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["SHARD_SHIFT", "global_union", "key_of", "lookup", "merge_lists", "split_key"]
+__all__ = ["SHARD_SHIFT", "global_union", "key_of", "lookup", "merge_lists", "shard_list", "split_key"]
 
 SHARD_SHIFT = 40  # up to 2^40 rows per shard, 2^23 shards
 _PAD_ID = "\U0010ffff"
@@ -30,6 +31,16 @@ def split_key(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     shard = np.where(keys >= 0, keys >> SHARD_SHIFT, -1)
     row = np.where(keys >= 0, keys & ((np.int64(1) << SHARD_SHIFT) - 1), -1)
     return shard, row
+
+
+def shard_list(shard: int, answer: Mapping[str, Any], name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One shard's top list of retriever ``name`` from its ``search`` answer, as ``(keys, scores,
+    ids)`` for :func:`merge_lists`."""
+    rows, scores = answer["lists"][name]
+    id_map = answer["ids"]
+    ids = np.vectorize(lambda r: id_map.get(int(r), ""), otypes=[object])(rows) if rows.size else \
+        np.full(rows.shape, "", dtype=object)
+    return key_of(shard, rows), scores, ids
 
 
 def merge_lists(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], k: int, nq: int

@@ -1,18 +1,14 @@
 """ShardedSearcher: one search over many shard actors, equal to a single index over the same corpus.
 
-A query batch is encoded **once**, here. Then, against one pinned set of shard commits:
+A query batch is planned and run exactly as on a single index (:func:`hybridret.plan.plan_search`,
+:func:`hybridret.plan.run_plan`): encoded **once**, here, then searched through a
+:class:`~hybridret.distributed.source.ShardedSource` against one pinned set of shard commits:
+collection statistics (of every retriever that declares them, BM25's among them) summed over the
+shards, each retriever's global top lists merged from the shards' exact scores, and fusion run
+once, on the global candidate set. Nothing is normalised per shard.
 
-1. (BM25 only) every shard returns its collection statistics for the batch's tokens; their sum is
-   the whole collection's (document count, total length, document frequencies);
-2. every shard returns each retriever's top ``depth`` (pre-filtered) with exact scores, the union
-   of its own lists and every retriever's exact score of that union (BM25 with the global
-   statistics), so a candidate's scores come from the one shard that owns it;
-3. the coordinator merges each retriever's lists into the global top ``depth``, forms the global
-   union, gathers the exact scores (and, for GQR, asks the owning shards for the dense vectors),
-   and runs normalisation, RRF ranks, linear fusion or GQR once, on the global candidate set.
-
-Nothing is normalised per shard. Writes route each document to its owning shard
-(:func:`~hybridret.distributed.layout.shard_of`) and return once every touched shard committed.
+Writes route each document to its owning shard (:func:`~hybridret.distributed.layout.shard_of`)
+and return once every touched shard committed.
 """
 
 from __future__ import annotations
@@ -28,13 +24,15 @@ import scipy.sparse as sp
 from ..encoders import Encoder, compare_configs
 from ..errors import ConfigError, DocumentNotFoundError, IndexExistsError, IndexFormatError
 from ..filters import Filter
-from ..hybrid import FUSION_CHUNK, Candidates, FusionConfig, fuse
-from ..retrievers import REGISTRY, RETRIEVERS, QueryBatch
-from ..searcher import EncoderSlot, Searcher, check_search, encode_query_batch
+from ..hybrid import FusionConfig
+from ..plan import default_fusion, plan_search, run_plan, runnable
+from ..retrievers import RETRIEVERS, QueryBatch
+from ..searcher import EncoderSlot, check_search, encode_query_batch
 from ..types import Hit, Hits, MatchedTerm
 from .layout import ShardLayout, read_layout, split_by_shard
-from .merge import SHARD_SHIFT, global_union, key_of, lookup, merge_lists, split_key
+from .merge import split_key
 from .shard import ShardStaleError, ShardUnavailableError, shard_actor_class
+from .source import ShardedSource
 
 __all__ = ["ShardedSearcher"]
 
@@ -47,23 +45,6 @@ def _ray() -> Any:
     except ImportError:  # pragma: no cover - depends on the environment
         raise ConfigError("the distributed path needs Ray: pip install 'hybridret[ray]'") from None
     return ray
-
-
-def _global_bm25() -> bool:
-    from ..retrievers import bm25
-
-    return hasattr(bm25, "collection_stats") and hasattr(bm25, "bm25_tokens")
-
-
-class _Stats:
-    """The availability / fusion defaults view that :meth:`Searcher.fusion_config` reads."""
-
-    def __init__(self, available: dict[str, bool], fusion: Mapping[str, Any] | None) -> None:
-        self._available = available
-        self.manifest = {"fusion": fusion}
-
-    def available(self, snap: Any = None) -> dict[str, bool]:
-        return dict(self._available)
 
 
 class ShardedHitSource:
@@ -134,7 +115,6 @@ class ShardedSearcher:
                                        f"layout names: {'; '.join(diffs)}")
         self._infos = infos
         self._commits = [int(i["commit"]) for i in infos]
-        self._warned_bm25 = False
 
     @classmethod
     def open(cls, root: str | Path, *, address: str | None = None, encoder: Encoder | None = None,
@@ -203,15 +183,19 @@ class ShardedSearcher:
         return changed
 
     def available(self) -> dict[str, bool]:
+        """Which retrievers every shard (and the encoder) can run."""
         live = [i for i in self._infos if i.get("segments", 1) > 0] or self._infos  # an emptied shard has no parts
-        return {name: all(i["available"][name] for i in live) and
-                (REGISTRY[name].needs == "text" or self._encoder.has(REGISTRY[name].needs)) for name in RETRIEVERS}
+        return runnable({name: all(i["available"].get(name, False) for i in live) for name in RETRIEVERS},
+                        self._encoder.has)
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None
                       ) -> FusionConfig | None:
-        """The same defaults as :meth:`Searcher.fusion_config`, over the shards' common components."""
-        view = _Stats(self.available(), self.layout.fusion or self._infos[0].get("fusion"))
-        return Searcher.fusion_config(view, method, fusion, view)  # type: ignore[arg-type]
+        """The same defaults as :meth:`Searcher.fusion_config` (:func:`hybridret.plan.default_fusion`),
+        over the shards' common components."""
+        return default_fusion(method, fusion, available=self.available(), stored=self._stored_fusion())
+
+    def _stored_fusion(self) -> Mapping[str, Any] | None:
+        return self.layout.fusion or self._infos[0].get("fusion")
 
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
         return encode_query_batch(self._encoder, texts, needs)
@@ -246,137 +230,14 @@ class ShardedSearcher:
     def _search(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any,
                 candidates: int | None, partial: bool) -> Hits:
         commits = list(self._commits)  # one consistent set of shard snapshots for the whole call
-        cfg = None
-        single = method if method in REGISTRY else None
-        have = self.available()
-        if single is None:
-            cfg = self.fusion_config(method, fusion)
-            if cfg is None:
-                single = next(r for r, ok in have.items() if ok)
-            elif candidates is not None:
-                cfg = cfg.with_(depth=candidates)
-        used = {single} if single else set(cfg.union_retrievers)  # type: ignore[union-attr]
-        for name in sorted(used):
-            if not have[name]:
-                what = {"dense": "dense", "sparse": "learned-sparse", "bm25": "BM25"}.get(name, name)
-                raise ConfigError(f"this sharded index has no {what} component")
-        if cfg is not None and cfg.method == "gqr":
-            if any(i["dense_metrics"] not in ([], ["ip"]) for i in self._infos):
-                raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
-            if cfg.gqr.final == "research":
-                raise ConfigError("GQR with final='research' is not available on a sharded index; use 'rerank' or "
-                                  "'fuse'")
-        label = method if method != "hybrid" else f"hybrid:{cfg.method if cfg else single}"
-        n, keep = len(texts), [i for i, t in enumerate(texts) if t.strip()]
-        keys = np.full((n, k), -1, dtype=np.int64)
-        scores = np.full((n, k), -np.inf, dtype=np.float32)
-        ids = np.full((n, k), "", dtype=object)
-        comps: dict[str, np.ndarray] = {}
-        missing: set[str] = set()
-        qs = None
-        if keep:
-            q = self.encode_queries([texts[i] for i in keep], {REGISTRY[u].needs for u in used})
-            parts = []
-            for a in range(0, len(q), FUSION_CHUNK):
-                sub = q.slice(a, a + FUSION_CHUNK)
-                parts.append(self._search_chunk(sub, k, single, cfg, filt, commits, partial, missing))
-            r = np.concatenate([p[0] for p in parts])
-            keys[keep], scores[keep], ids[keep] = r, np.concatenate([p[1] for p in parts]), \
-                np.concatenate([p[2] for p in parts])
-            for name in parts[0][3]:
-                comps[name] = np.full((n, k), np.nan, dtype=np.float32)
-                comps[name][keep] = np.concatenate([p[3][name] for p in parts])
-            if q.sparse is not None:
-                place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))),
-                                      shape=(n, len(keep)))
-                qs = (place @ q.sparse).tocsr()
-        hits = Hits(queries=texts, method=label, ids=ids, rows=keys, scores=scores, components=comps,
-                    query_sparse=qs, _source=ShardedHitSource(self, commits))
-        hits.missing_shards = sorted(missing)  # type: ignore[attr-defined]
+        plan = plan_search(texts, k, method, available=self.available(), stored_fusion=self._stored_fusion(),
+                           fusion=fusion, candidates=candidates, filt=filt, where="this sharded index")
+        source = ShardedSource(self, commits, partial=partial)
+        res = run_plan(plan, source, self.encode_queries)
+        hits = Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
+                    components=res.components, query_sparse=res.query_sparse, _source=ShardedHitSource(self, commits))
+        hits.missing_shards = sorted(source.missing)  # type: ignore[attr-defined]
         return hits
-
-    def _bm25_stats(self, q: QueryBatch, commits: list[int], partial: bool, missing: set[str]) -> Any:
-        if not _global_bm25():
-            if not self._warned_bm25:
-                logger.warning("this hybridret has no global BM25 statistics: each shard scores BM25 with its own "
-                               "(results differ from a single index)")
-                self._warned_bm25 = True
-            return None
-        got = self._call("bm25_stats", [(c, q.texts) for c in commits], partial=partial)
-        missing.update(self.names[s] for s, g in enumerate(got) if g is None)
-        found = [g for g in got if g is not None]
-        if not found:
-            raise ShardUnavailableError(f"no shard of {self.root} answered", list(self.names))
-        total = found[0]
-        for g in found[1:]:
-            total = total + g
-        return total
-
-    def _search_chunk(self, q: QueryBatch, k: int, single: str | None, cfg: FusionConfig | None, filt: Filter | None,
-                      commits: list[int], partial: bool, missing: set[str]
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-        ray = _ray()
-        names = (single,) if single else cfg.union_retrievers  # type: ignore[union-attr]
-        stats = self._bm25_stats(q, commits, partial, missing) if "bm25" in names else None
-        depth = k if single else max(k, cfg.depth)  # type: ignore[union-attr]
-        q_ref = ray.put(q)
-        score_all = () if single else names
-        answers = self._call("search", [(c, q_ref, names, depth, filt, stats, score_all) for c in commits],
-                             partial=partial)
-        missing.update(self.names[s] for s, a in enumerate(answers) if a is None)
-        shards = [s for s, a in enumerate(answers) if a is not None]
-        if not shards:
-            raise ShardUnavailableError(f"no shard of {self.root} answered", list(self.names))
-        nq = len(q)
-        lists: dict[str, np.ndarray] = {}
-        listed_scores: dict[str, np.ndarray] = {}
-        for name in names:
-            per = []
-            for s in shards:
-                rows, sc = answers[s]["lists"][name]
-                id_map = answers[s]["ids"]
-                per.append((key_of(s, rows), sc, np.vectorize(lambda r, m=id_map: m.get(int(r), ""),
-                                                               otypes=[object])(rows) if rows.size else
-                            np.full(rows.shape, "", dtype=object)))
-            gk, gs, gi = merge_lists(per, depth, nq)
-            lists[name], listed_scores[name] = gk, gs
-            if single:
-                return gk, gs, gi, {name: gs}
-        union, listed = global_union(lists)
-        all_keys = np.concatenate([key_of(s, answers[s]["union"]) for s in shards], axis=1)
-        exact = {}
-        for name in names:
-            vals = np.concatenate([answers[s]["exact"][name] for s in shards], axis=1)
-            exact[name] = lookup(union, all_keys, vals).astype(np.float32)
-        if "dense" in exact:  # padding scores -inf, as the dense index does
-            exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
-        id_of: dict[int, str] = {}
-        for s in shards:
-            id_of.update({(s << SHARD_SHIFT) | int(r): i for r, i in answers[s]["ids"].items()})
-        # coordinator table: candidate entries addressed by position (what fuse sees as rows)
-        flat = union[union >= 0]
-        table_keys, inverse = np.unique(flat, return_inverse=True)
-        table_rows = np.full(union.shape, -1, dtype=np.int64)
-        table_rows[union >= 0] = inverse
-        vectors = None
-        if cfg.method == "gqr":  # type: ignore[union-attr]
-            table = self._vectors(table_keys, commits)
-            vectors = np.where((table_rows >= 0)[..., None], table[np.maximum(table_rows, 0)], 0.0).astype(np.float32)
-        cands = Candidates(rows=table_rows, exact=exact, listed=listed, vectors=vectors)
-        rows, fused, comps = fuse(cfg, cands, k, None, q)  # type: ignore[arg-type]
-        out_keys = np.where(rows >= 0, table_keys[np.maximum(rows, 0)] if len(table_keys) else -1, -1)
-        out_ids = np.vectorize(lambda x: id_of.get(int(x), ""), otypes=[object])(out_keys)
-        return out_keys, fused, out_ids, comps
-
-    def _vectors(self, table_keys: np.ndarray, commits: list[int]) -> np.ndarray:
-        dim = int(next(i["representations"]["dense"]["dim"] for i in self._infos))
-        out = np.zeros((len(table_keys), dim), dtype=np.float32)
-        shard, row = split_key(table_keys)
-        owners = sorted(set(shard.tolist()))
-        got = self._call("vectors", [(commits[s], row[shard == s]) for s in owners], owners)
-        for s, v in zip(owners, got):
-            out[shard == s] = v
-        return out
 
     # -- documents and writes --------------------------------------------------------------------
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:

@@ -4,9 +4,12 @@
 holds a read-only :class:`~hybridret.searcher.Searcher` over its directory (whose encoder is never
 loaded: queries arrive encoded by the coordinator) and answers the coordinator's phases:
 
-* ``bm25_stats``: the shard's collection statistics for the query batch's BM25 tokens;
-* ``search``: each retriever's top rows (pre-filtered), the union of those rows and every asked
-  retriever's exact score of each, BM25 scored with the *global* statistics when given;
+* ``stats``: the shard's collection statistics for a query batch, of every asked retriever that
+  declares them (:meth:`Retriever.statistics`; BM25's document count, length and frequencies);
+* ``search``: each retriever's top rows (pre-filtered), and optionally the union of those rows and
+  every retriever's exact score of it, computed by the same code as a single index's
+  (:class:`~hybridret.plan.SnapshotSource`, :func:`~hybridret.hybrid.gather_lists`), each
+  retriever prepared with the coordinator's summed statistics;
 * ``vectors`` / ``docs``: stored dense vectors (for GQR) and hit views of given rows.
 
 Every read names the commit the coordinator pinned; the shard keeps the last few snapshots open so
@@ -25,9 +28,10 @@ import numpy as np
 
 from ..errors import ConfigError, HybridRetError
 from ..filters import Filter
-from ..fusion import candidate_union
+from ..hybrid import gather_lists
 from ..index.snapshot import Snapshot
-from ..retrievers import REGISTRY, QueryBatch, score_rows, search_rows, vectors_of
+from ..plan import SnapshotSource
+from ..retrievers import REGISTRY, QueryBatch, vectors_of
 
 __all__ = ["KEPT_SNAPSHOTS", "ShardServer", "ShardStaleError", "ShardUnavailableError", "shard_actor_class"]
 
@@ -47,12 +51,6 @@ class ShardUnavailableError(HybridRetError):
 
 class ShardStaleError(HybridRetError):
     """A read named a commit the shard no longer holds (e.g. after a restart): refresh and retry."""
-
-
-def _prepare(name: str, snap: Snapshot, q: QueryBatch, stats: Any) -> Any:
-    if name == "bm25" and stats is not None:
-        return REGISTRY[name].prepare(snap, q, stats=stats)  # type: ignore[call-arg]
-    return REGISTRY[name].prepare(snap, q)
 
 
 class ShardServer:
@@ -100,41 +98,31 @@ class ShardServer:
         self._keep(self.searcher.snapshot)
         return self.searcher.snapshot.commit
 
-    def ping(self) -> str:
-        return self.name
-
     # -- reads ----------------------------------------------------------------------------------
-    def bm25_stats(self, commit: int | None, texts: list[str]) -> Any:
-        from ..retrievers.bm25 import bm25_tokens, collection_stats
-
+    def stats(self, commit: int | None, q: QueryBatch, names: tuple[str, ...]) -> dict[str, Any]:
+        """This shard's collection statistics for ``q`` of each retriever in ``names`` (those
+        declaring ``global_stats``), by name; the coordinator sums them over shards."""
         snap = self._snap(commit)
-        return collection_stats(snap, (t for toks in bm25_tokens(snap, texts) for t in toks))
+        return {name: REGISTRY[name].statistics(snap, q) for name in names}
 
     def search(self, commit: int | None, q: QueryBatch, names: tuple[str, ...], depth: int, filt: Filter | None,
-               stats: Any = None, score_all: tuple[str, ...] = ()) -> dict[str, Any]:
-        """Top ``depth`` rows of each retriever in ``names``; with ``score_all``, also the union of
-        those lists and every ``score_all`` retriever's exact scores of it."""
+               stats: dict[str, Any] | None = None, union: bool = False) -> dict[str, Any]:
+        """Top ``depth`` ``(rows, scores)`` of each retriever in ``names`` (``"lists"``) and the id
+        of every row listed (``"ids"``); with ``union``, also the union of the lists (``"union"``)
+        and every retriever's exact scores of it (``"exact"``). ``stats``: the summed collection
+        statistics by retriever (see :meth:`stats`)."""
         snap = self._snap(commit)
-        wanted = tuple(dict.fromkeys((*names, *score_all)))
-        ctx = {name: _prepare(name, snap, q, stats) for name in wanted}
-        lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name]) for name in names}
-        out: dict[str, Any] = {"commit": snap.commit, "lists": {}, "ids": {}}
-        for name, (rows, scores) in lists.items():
-            out["lists"][name] = (rows, scores)
-        if score_all:
-            union = candidate_union(*(rows for rows, _ in lists.values()))
-            out["union"] = union
-            out["exact"] = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name]) for name in score_all}
+        out: dict[str, Any] = {"commit": snap.commit}
+        if union:
+            lists, out["union"], out["exact"] = gather_lists(names, depth, snap, q, filt=filt, stats=stats)
+        else:
+            src = SnapshotSource(snap)
+            lists = {name: src.top(name, depth, q, filt=filt, stats=stats) for name in names}
+        out["lists"] = lists
         every = np.unique(np.concatenate([r.ravel() for r, _ in lists.values()] or [np.zeros(0, np.int64)]))
         every = every[every >= 0]
         out["ids"] = dict(zip(every.tolist(), snap.ids[every].tolist())) if len(every) else {}
         return out
-
-    def score(self, commit: int | None, q: QueryBatch, rows: np.ndarray, names: tuple[str, ...],
-              stats: Any = None) -> dict[str, np.ndarray]:
-        """Exact scores of this shard's ``rows`` (``(nq, m)``, ``-1`` = none) from each retriever."""
-        snap = self._snap(commit)
-        return {name: score_rows(REGISTRY[name], snap, q, rows, _prepare(name, snap, q, stats)) for name in names}
 
     def vectors(self, commit: int | None, rows: np.ndarray) -> np.ndarray:
         return vectors_of(self._snap(commit), np.asarray(rows, dtype=np.int64))

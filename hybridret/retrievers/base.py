@@ -82,6 +82,15 @@ class Retriever(ABC):
     is registered then writes that part, from ``needs``), and one whose representation no encoder
     makes sets ``representation``; :func:`hybridret.retrievers.register` registers both.
     ``positive_only``: a score of 0 means "no match" and such rows are never returned.
+
+    **Collection statistics.** A retriever whose scores depend on the whole collection (BM25's
+    document count, average length and document frequencies) sets ``global_stats = True`` and
+    implements :meth:`statistics`: this snapshot's share for a query batch, a value supporting
+    ``+``. A sharded search sums every shard's value and hands the sum to each shard's
+    :meth:`prepare` (``stats=``), so every shard scores as one index would; a single index passes
+    ``stats=None`` (its snapshot is the whole collection). ``shardable = False`` marks a retriever
+    that one such round cannot make exact (a sharded index then refuses it instead of returning
+    different results).
     """
 
     name: ClassVar[str]
@@ -93,6 +102,9 @@ class Retriever(ABC):
     # a segment with at most this many allowed rows is scored exhaustively (exact, and cheaper than
     # a deep fetch); retrievers whose exact scoring is expensive lower it
     exhaustive_max: ClassVar[int] = EXHAUSTIVE_MAX
+    # collection statistics: see the class docstring and :meth:`statistics`
+    global_stats: ClassVar[bool] = False
+    shardable: ClassVar[bool] = True
 
     @property
     def part_name(self) -> str:
@@ -103,8 +115,15 @@ class Retriever(ABC):
         """Whether every segment of the snapshot has the part this retriever reads."""
         return bool(snap.segments) and all(s.part(self.part_name) is not None for s in snap.segments)
 
-    def prepare(self, snap: Snapshot, q: QueryBatch, stats: Any = None) -> Any:  # stats: BM25's only
-        """Per-call context shared by all segments (e.g. collection statistics); default none."""
+    def statistics(self, snap: Snapshot, q: QueryBatch) -> Any:
+        """This snapshot's collection statistics for the batch ``q`` (retrievers with
+        ``global_stats``): a value whose ``+`` combines shards, e.g.
+        :class:`~hybridret.retrievers.bm25.BM25Stats`. Default: ``None`` (none needed)."""
+        return None
+
+    def prepare(self, snap: Snapshot, q: QueryBatch, stats: Any = None) -> Any:
+        """Per-call context shared by all segments; default none. ``stats``: the sum of every
+        shard's :meth:`statistics` for ``q`` (``None``: this snapshot is the whole collection)."""
         return None
 
     @abstractmethod

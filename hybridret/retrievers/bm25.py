@@ -4,9 +4,10 @@ Each segment's BM25 store (``index/bm25.py``: posting arrays, tantivy's document
 under *given* statistics (``BM25Stats``: documents, total length, df per token). By default they
 are the snapshot's own, over its **live** documents: tombstoned rows are subtracted exactly (their
 lengths and postings are in the store), so BM25 after deletes, adds and any segmentation equals a
-fresh one-segment build of the live documents, ids and scores. A coordinator of shards passes the
-sum of every shard's :func:`collection_stats` to :meth:`BM25Retriever.prepare` so that every shard
-scores as one index.
+fresh one-segment build of the live documents, ids and scores. BM25 declares ``global_stats``
+(:class:`~hybridret.retrievers.base.Retriever`): a coordinator of shards sums every shard's
+:meth:`BM25Retriever.statistics` (:func:`collection_stats` of the batch's tokens) and passes the
+sum to each shard's :meth:`BM25Retriever.prepare`, so that every shard scores as one index.
 
 Format-1 segments written before the store existed (their ``"bm25"`` part is a
 :class:`~hybridret.index.legacy.tantivy_bm25.TantivyBM25`) are searched through tantivy, as
@@ -117,9 +118,14 @@ class BM25Retriever(Retriever):
     # segments without the store score given rows with a term-set query (3.6 ms/query at 1,464 rows):
     # a filtered deep fetch stays cheaper there until very few rows are allowed
     exhaustive_max = 128
+    global_stats = True  # document count, total length and df: summed over shards (statistics)
 
     def __init__(self, threads: int | None = None) -> None:
         self.threads = threads  # worker threads per segment search (None: every core, batches of >= 16)
+
+    def statistics(self, snap: Snapshot, q: QueryBatch) -> BM25Stats:
+        """This snapshot's :func:`collection_stats` for the analysed tokens of the batch's texts."""
+        return collection_stats(snap, (t for toks in bm25_tokens(snap, q.texts) for t in toks))
 
     def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
         """Tokens and global term weights of the batch. ``stats`` (e.g. summed over shards) replaces

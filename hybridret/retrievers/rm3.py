@@ -18,6 +18,11 @@ SIGIR 2001), with pyserini's ``bm25+rm3`` defaults (``fb_docs=10``, ``fb_terms=1
 
 A query whose first pass finds nothing keeps its original terms (``P(t|q)``). Feedback ignores
 search filters (the first pass runs over every live document), as pyserini's does.
+
+Collection statistics: RM3 reads BM25's (``global_stats``; :meth:`RM3Retriever.statistics` gives
+the batch's query tokens), but it is not ``shardable``: on shards the feedback documents would be
+each shard's own top ``fb_docs`` and the expansion terms are only known after the first pass, so
+one round of summed statistics cannot reproduce a single index; a sharded index refuses it.
 The feedback documents' term frequencies come from their stored texts (the store's postings are
 term -> documents only); ``fb_docs`` texts per query are analysed per call.
 """
@@ -83,6 +88,8 @@ class RM3Retriever(Retriever):
     name = "bm25+rm3"
     needs = "text"
     part = "bm25"
+    global_stats = True
+    shardable = False  # feedback needs the whole collection's top documents (module docstring)
 
     def __init__(self, fb_docs: int = 10, fb_terms: int = 10, original_query_weight: float = 0.5,
                  threads: int | None = None) -> None:
@@ -96,6 +103,10 @@ class RM3Retriever(Retriever):
 
     def available(self, snap: Snapshot) -> bool:
         return bool(snap.segments) and all(isinstance(s.part(self.part), BM25Store) for s in snap.segments)
+
+    def statistics(self, snap: Snapshot, q: QueryBatch) -> BM25Stats:
+        """BM25's statistics of the batch's query tokens (the first pass's; see the module docstring)."""
+        return self._bm25.statistics(snap, q)
 
     def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
         """First pass, relevance model and the weighted second-pass queries of the batch.

@@ -1,0 +1,303 @@
+"""One search plan, run the same way over a single index and over shards.
+
+A search is planned once, from its validated arguments and what the index can run
+(:func:`plan_search` -> :class:`SearchPlan`: which retrievers, which query representations to
+encode, the per-retriever depth, the filter, the fusion settings, which retrievers need collection
+statistics), then executed by :func:`run_plan` against a :class:`CandidateSource`:
+
+* :class:`SnapshotSource`: one :class:`~hybridret.index.snapshot.Snapshot` (a ``Searcher``);
+* :class:`~hybridret.distributed.source.ShardedSource`: the shard actors at pinned commits.
+
+A source answers three questions, the same ones on both sides: the collection statistics of the
+retrievers that declare them (:attr:`Retriever.global_stats`), one retriever's top-k, and the
+candidate union of several retrievers with every retriever's exact scores
+(:class:`~hybridret.hybrid.Candidates`). Everything else (blank queries, chunking by
+:data:`~hybridret.hybrid.FUSION_CHUNK`, single retriever or :func:`~hybridret.hybrid.fuse`,
+placing the results back) is here, once.
+
+Import-light: numpy, scipy and the retriever registry only (no torch, FAISS or Ray at import).
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import ConfigError
+from .hybrid import FUSION_CHUNK, HYBRID_DEFAULT, Candidates, FusionConfig, fuse, gather_candidates, prepare_all
+from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .filters import Filter
+    from .index.snapshot import Snapshot
+
+__all__ = ["CandidateSource", "PlanResult", "SearchPlan", "SnapshotSource", "default_fusion", "execute",
+           "fused_plan", "plan_search", "run_plan", "runnable"]
+
+logger = logging.getLogger(__name__)
+
+_COMPONENT = {"dense": "dense", "sparse": "learned-sparse", "bm25": "BM25"}  # names in "has no X component"
+
+Encode = Callable[[list[str], set[str]], QueryBatch]
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What one search will do (built by :func:`plan_search`; pure data).
+
+    ``texts``: every query as given; ``keep``: the positions of the non-blank ones (blank queries
+    get no hits and are never encoded). ``label``: the method reported in ``Hits.method``
+    (``"hybrid:gqr"`` when ``hybrid`` resolved to GQR). Exactly one of ``single`` (one retriever's
+    top-``k``) and ``fusion`` is set. ``retrievers``: those that run; ``needs``: the query
+    representations to encode (each used retriever's ``needs`` but ``"text"``); ``depth``: the
+    per-retriever depth (``k``, or ``max(k, fusion.depth)``); ``stats``: the used retrievers that
+    need collection statistics (``global_stats``); ``vectors``: the fusion needs the candidates'
+    dense vectors (GQR)."""
+
+    texts: tuple[str, ...]
+    keep: tuple[int, ...]
+    k: int
+    method: str
+    label: str
+    single: str | None
+    fusion: FusionConfig | None
+    retrievers: tuple[str, ...]
+    needs: frozenset[str]
+    depth: int
+    filter: Filter | None
+    stats: tuple[str, ...]
+    vectors: bool
+
+    @property
+    def kept_texts(self) -> list[str]:
+        """The non-blank query texts, in order: what is encoded and searched."""
+        return [self.texts[i] for i in self.keep]
+
+
+@dataclass
+class PlanResult:
+    """A planned search's results for every query of the plan (blank ones empty): rows / keys
+    ``(n, k)`` (``-1`` padded), scores (``-inf`` padded), each retriever's exact score of each
+    hit (``nan`` padded), document ids (``""`` padded) and, when the queries were encoded with a
+    learned-sparse head, their vectors placed at every query's position (for hit views)."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    components: dict[str, np.ndarray]
+    ids: np.ndarray
+    query_sparse: sp.csr_matrix | None = None
+
+
+# -- what the index can run, and the fusion defaults --------------------------------------------------
+def runnable(parts: Mapping[str, bool], has_head: Callable[[str], bool]) -> dict[str, bool]:
+    """Which registered retrievers can run: the index has their parts (``parts[name]``) and the
+    encoder has the head their queries need (``has_head(needs)``; text needs none)."""
+    return {name: bool(parts.get(name, False)) and (r.needs == "text" or has_head(r.needs))
+            for name, r in REGISTRY.items()}
+
+
+def default_fusion(method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None, *,
+                   available: Mapping[str, bool], stored: Mapping[str, Any] | None = None) -> FusionConfig | None:
+    """The fusion settings for a method: explicit ``fusion`` first, then what ``hybridret tune``
+    stored in the index (``stored``), then defaults (``hybrid`` = GQR guided by learned sparse +
+    BM25, the best fixed setting measured in docs/fusion.md, its guide weights set per query by the
+    retrievers' top-10 agreement), dropping whatever ``available`` says the index lacks. ``None``
+    when ``hybrid`` has a single retriever to run (e.g. a sparse-only index without BM25)."""
+    if fusion is not None:
+        cfg = fusion if isinstance(fusion, FusionConfig) else FusionConfig.from_dict(fusion)
+        return cfg if method == "hybrid" else cfg.with_(method=method)
+    if stored:
+        cfg = FusionConfig.from_dict(stored)
+        if method in ("hybrid", cfg.method):
+            return cfg
+    have = {r: bool(available.get(r, False)) for r in RETRIEVERS}
+    usable = tuple(r for r in RETRIEVERS if have[r])
+    # ``hybrid`` = GQR with agreement-weighted guides and a share of the guide in the final ranking
+    # (hybrid.HYBRID_DEFAULT, docs/fusion.md); ``gqr`` keeps fixed weights and the refined dense ranking
+    cfg = HYBRID_DEFAULT if method == "hybrid" else FusionConfig(method=method)
+    if cfg.method == "gqr":
+        guide = {r: w for r, w in cfg.guide.items() if have.get(r)}
+        if have.get("dense") and guide:
+            return cfg.with_(guide=guide) if guide != dict(cfg.guide) else cfg
+        if method == "hybrid" and len(usable) == 1:
+            return None
+        cfg = FusionConfig(method="linear")
+    retrievers = usable[:max(2, len(cfg.retrievers))]
+    return cfg.with_(retrievers=retrievers) if retrievers != cfg.retrievers else cfg
+
+
+# -- planning ------------------------------------------------------------------------------------------
+def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping[str, bool],
+                stored_fusion: Mapping[str, Any] | None = None, fusion: FusionConfig | Mapping[str, Any] | None = None,
+                candidates: int | None = None, filt: Filter | None = None, require: bool = True,
+                where: str = "this index") -> SearchPlan:
+    """The plan of one search, from arguments already validated
+    (:func:`~hybridret.searcher.check_search`) and what the index can run: ``available`` (per
+    retriever, see :func:`runnable`) and the ``fusion`` setting stored in its manifest or layout
+    (``stored_fusion``). ``method`` is a retriever name or a fusion method (``"hybrid"``: the
+    stored or default fusion, or the one retriever there is); ``candidates`` overrides a fused
+    method's per-retriever depth. A retriever the plan uses that is not available raises
+    :class:`ConfigError` ("``where`` has no ... component"), unless ``require`` is false (an index
+    with no rows, which returns no hits whatever the method)."""
+    cfg = None
+    single = method if method in REGISTRY else None
+    if single is None:
+        cfg = default_fusion(method, fusion, available=available, stored=stored_fusion)
+        if cfg is None:
+            single = next(r for r, ok in available.items() if ok)
+        elif candidates is not None:
+            cfg = cfg.with_(depth=candidates)
+    used: tuple[str, ...] = (single,) if single else cfg.union_retrievers  # type: ignore[union-attr]
+    if require:
+        for name in sorted(used):
+            if not available.get(name, False):
+                raise ConfigError(f"{where} has no {_COMPONENT.get(name, name)} component")
+    label = method if method != "hybrid" else f"hybrid:{cfg.method if cfg else single}"
+    return SearchPlan(
+        texts=tuple(texts), keep=tuple(i for i, t in enumerate(texts) if t.strip()), k=k, method=method, label=label,
+        single=single, fusion=cfg, retrievers=used,
+        needs=frozenset(REGISTRY[u].needs for u in used) - {"text"},
+        depth=k if single else max(k, cfg.depth), filter=filt,  # type: ignore[union-attr]
+        stats=tuple(u for u in used if REGISTRY[u].global_stats), vectors=cfg is not None and cfg.method == "gqr")
+
+
+def fused_plan(config: FusionConfig, k: int, texts: Sequence[str], *, filt: Filter | None = None) -> SearchPlan:
+    """The plan of one fused search with the settings given as they are (no defaults, no
+    availability checks, every query kept): what :func:`hybridret.hybrid.fused_search` runs."""
+    used = config.union_retrievers
+    return SearchPlan(
+        texts=tuple(texts), keep=tuple(range(len(texts))), k=k, method=config.method, label=config.method,
+        single=None, fusion=config, retrievers=used, needs=frozenset(REGISTRY[u].needs for u in used) - {"text"},
+        depth=max(k, config.depth), filter=filt, stats=tuple(u for u in used if REGISTRY[u].global_stats),
+        vectors=config.method == "gqr")
+
+
+# -- sources -------------------------------------------------------------------------------------------
+class CandidateSource(ABC):
+    """Where a plan's candidates come from: one snapshot, or shards (rows are then global keys).
+
+    ``snapshot`` is handed to :func:`~hybridret.hybrid.fuse` (``None`` when there is no single
+    snapshot: the candidates then carry everything fusion needs). ``top_chunk``: queries per call
+    of :meth:`top` (``None``: the whole batch at once); fused methods go
+    :data:`~hybridret.hybrid.FUSION_CHUNK` at a time."""
+
+    snapshot: Snapshot | None = None
+    top_chunk: int | None = None
+
+    def check(self, plan: SearchPlan) -> None:
+        """Refuse a plan this source cannot run exactly, before anything is encoded (default: none)."""
+        return None
+
+    @property
+    def empty(self) -> bool:
+        """Whether there is nothing to search (queries are then not even encoded)."""
+        return False
+
+    @abstractmethod
+    def statistics(self, q: QueryBatch, names: tuple[str, ...]) -> dict[str, Any]:
+        """The collection statistics of the retrievers ``names`` (those with ``global_stats``) for
+        ``q``, by name: what each retriever's ``prepare(..., stats=)`` receives. A retriever left
+        out uses its snapshot's own (a single index leaves out all of them)."""
+
+    @abstractmethod
+    def top(self, name: str, depth: int, q: QueryBatch, *, filt: Filter | None = None,
+            stats: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Retriever ``name``'s top ``depth`` (pre-filtered): rows ``(nq, depth)`` and scores."""
+
+    @abstractmethod
+    def gather(self, names: tuple[str, ...], depth: int, q: QueryBatch, *, filt: Filter | None = None,
+               stats: Mapping[str, Any] | None = None, vectors: bool = False) -> Candidates:
+        """The union of the top ``depth`` of each retriever in ``names`` with every one's exact
+        score of every candidate (and, with ``vectors``, their dense vectors)."""
+
+    @abstractmethod
+    def ids(self, rows: np.ndarray) -> np.ndarray:
+        """The document ids of rows this source returned (``""`` for ``-1``), as an object array."""
+
+
+class SnapshotSource(CandidateSource):
+    """Candidates from one snapshot (what :class:`~hybridret.searcher.Searcher` searches)."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.snapshot = snap
+
+    @property
+    def empty(self) -> bool:
+        return not self.snapshot.num_docs  # type: ignore[union-attr]
+
+    def statistics(self, q: QueryBatch, names: tuple[str, ...]) -> dict[str, Any]:
+        return {}  # the snapshot is the whole collection: each retriever prepares its own
+
+    def top(self, name: str, depth: int, q: QueryBatch, *, filt: Filter | None = None,
+            stats: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        snap = self.snapshot
+        ctx = prepare_all((name,), snap, q, stats)[name]  # type: ignore[arg-type]
+        return search_rows(REGISTRY[name], snap, q, depth, filt, ctx)  # type: ignore[arg-type]
+
+    def gather(self, names: tuple[str, ...], depth: int, q: QueryBatch, *, filt: Filter | None = None,
+               stats: Mapping[str, Any] | None = None, vectors: bool = False) -> Candidates:
+        return gather_candidates(names, depth, self.snapshot, q, filt=filt, stats=stats,  # type: ignore[arg-type]
+                                 vectors=vectors)
+
+    def ids(self, rows: np.ndarray) -> np.ndarray:
+        snap = self.snapshot
+        out = np.where(rows >= 0, snap.ids[np.maximum(rows, 0)] if snap.num_rows else "", "")  # type: ignore[union-attr]
+        return out.astype(object)
+
+
+# -- execution -----------------------------------------------------------------------------------------
+def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Run ``plan`` on encoded queries ``q`` (one per entry of ``plan.keep``): rows ``(len(q), k)``,
+    scores and each retriever's exact scores of the rows. One retriever: its top-k; fused: the
+    candidates gathered from ``source`` and :func:`~hybridret.hybrid.fuse`, a
+    :data:`~hybridret.hybrid.FUSION_CHUNK` of queries at a time (memory bounded for any batch)."""
+    k = plan.k
+    step = (source.top_chunk or max(len(q), 1)) if plan.single else FUSION_CHUNK
+    parts = []
+    for a in range(0, len(q), step):
+        sub = q if step >= len(q) else q.slice(a, a + step)
+        stats = source.statistics(sub, plan.stats) if plan.stats else {}
+        if plan.single is not None:
+            rows, scores = source.top(plan.single, plan.depth, sub, filt=plan.filter, stats=stats)
+            parts.append((rows, scores, {plan.single: scores}))
+            continue
+        cands = source.gather(plan.retrievers, plan.depth, sub, filt=plan.filter, stats=stats, vectors=plan.vectors)
+        parts.append(fuse(plan.fusion, cands, k, source.snapshot, sub, filt=plan.filter))  # type: ignore[arg-type]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.full((0, k), -1, np.int64), np.full((0, k), -np.inf, np.float32), {}
+    names = parts[0][2]
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            {n: np.concatenate([p[2][n] for p in parts]) for n in names})
+
+
+def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanResult:
+    """The one search function of :class:`~hybridret.searcher.Searcher` and
+    :class:`~hybridret.distributed.searcher.ShardedSearcher`: check the plan against the source,
+    encode the non-blank queries (``encode(texts, plan.needs)``), :func:`execute`, and place the
+    results back at every query's position (blank queries: no hits)."""
+    source.check(plan)
+    n, k, keep = len(plan.texts), plan.k, list(plan.keep)
+    rows = np.full((n, k), -1, dtype=np.int64)
+    scores = np.full((n, k), -np.inf, dtype=np.float32)
+    comps: dict[str, np.ndarray] = {}
+    qs = None
+    if keep and not source.empty:
+        q = encode(plan.kept_texts, set(plan.needs))
+        r, s, c = execute(plan, source, q)
+        rows[keep], scores[keep] = r, s
+        for name, v in c.items():
+            comps[name] = np.full((n, k), np.nan, dtype=np.float32)
+            comps[name][keep] = v
+        if q.sparse is not None:  # rows of the blank queries stay empty
+            place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))), shape=(n, len(keep)))
+            qs = (place @ q.sparse).tocsr()
+    return PlanResult(rows=rows, scores=scores, components=comps, ids=source.ids(rows), query_sparse=qs)
