@@ -15,6 +15,7 @@ add them (docs/architecture.md counts the places).
 from __future__ import annotations
 
 import json
+import sys
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -264,6 +265,9 @@ def test_two_shards_equal_one_index(index, tmp_path, ray_cluster):  # noqa: F811
     from hybridret.distributed.searcher import ShardedSearcher
 
     reshard(index.searcher.root, tmp_path / "sharded", 2)
+    # the shard actors get this process's registered retrievers, pickled; this module is not importable
+    # in Ray's worker processes, so its classes travel by value
+    ray_cluster.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     searcher = ShardedSearcher.open(tmp_path / "sharded", encoder=index.encoder)
     try:
         for method, fusion in (("trigram", None), ("sparse_binary", None),

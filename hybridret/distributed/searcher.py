@@ -26,7 +26,7 @@ from ..errors import ConfigError, DocumentNotFoundError, IndexExistsError, Index
 from ..filters import Filter
 from ..hybrid import FusionConfig
 from ..plan import default_fusion, plan_search, run_plan, runnable
-from ..retrievers import RETRIEVERS, QueryBatch
+from ..retrievers import REGISTRY, QueryBatch
 from ..searcher import EncoderSlot, check_search, encode_query_batch
 from ..types import Hit, Hits, MatchedTerm
 from .layout import ShardLayout, read_layout, split_by_shard
@@ -123,7 +123,11 @@ class ShardedSearcher:
         """Start one actor per shard of the sharded index at ``root`` (every node must see ``root``
         at the same path: a shared filesystem) and connect them. Ray is initialised here when it is
         not yet (``address``: an existing cluster; ``None``: a local one). A shard actor that dies
-        is restarted from its directory up to ``max_restarts`` times; calls in flight are retried."""
+        is restarted from its directory up to ``max_restarts`` times; calls in flight are retried.
+        Retrievers added with :func:`hybridret.retrievers.register` in this process are registered
+        in every shard actor too (they travel pickled, so their classes must be importable there)."""
+        from ..retrievers import registered
+
         ray = _ray()
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
@@ -131,7 +135,8 @@ class ShardedSearcher:
         actor_cls = shard_actor_class()
         actors = [actor_cls.options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts,
                                     max_task_retries=max_task_retries).remote(
-                      str(layout.shard_dir(i).resolve()), name, device) for i, name in enumerate(layout.names)]
+                      str(layout.shard_dir(i).resolve()), name, device, registered())
+                  for i, name in enumerate(layout.names)]
         return cls(layout, actors, encoder=encoder, device=device, timeout=timeout)
 
     # -- calls to shards ------------------------------------------------------------------------
@@ -185,7 +190,7 @@ class ShardedSearcher:
     def available(self) -> dict[str, bool]:
         """Which retrievers every shard (and the encoder) can run."""
         live = [i for i in self._infos if i.get("segments", 1) > 0] or self._infos  # an emptied shard has no parts
-        return runnable({name: all(i["available"].get(name, False) for i in live) for name in RETRIEVERS},
+        return runnable({name: all(i["available"].get(name, False) for i in live) for name in REGISTRY},
                         self._encoder.has)
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None

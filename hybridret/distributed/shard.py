@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,12 @@ class ShardStaleError(HybridRetError):
 class ShardServer:
     """Serve one shard directory to a coordinator (see the module docstring)."""
 
-    def __init__(self, root: str, name: str, device: str | None = None) -> None:
+    def __init__(self, root: str, name: str, device: str | None = None, extensions: Sequence[Any] = ()) -> None:
+        from ..retrievers import register
         from ..searcher import EncoderSlot, Searcher
 
+        for retriever in extensions:  # the coordinator's registered retrievers, before any part is opened
+            register(retriever, replace=True)
         self.root = Path(root)
         self.name = name
         self.searcher = Searcher(self.root, device=device, encoder=EncoderSlot(None, None, device))
@@ -134,7 +138,7 @@ class ShardServer:
         for row in rows:
             title, text, meta = snap.get(int(row))
             seg, local = snap.locate(np.array([row]))
-            part = snap.segments[int(seg[0])].sparse
+            part = snap.segments[int(seg[0])].part("sparse")
             vec = part.forward[int(local[0])] if part is not None else None
             out.append({"id": str(snap.ids[int(row)]), "title": title, "text": text, "metadata": meta,
                         "sparse": None if vec is None else (vec.indices.copy(), vec.data.copy())})

@@ -13,7 +13,7 @@ from .dense import DenseRetriever, vectors_of
 from .sparse import SparseRetriever
 
 __all__ = ["REGISTRY", "RETRIEVERS", "QueryBatch", "Retriever", "get", "register", "score_rows", "search_rows",
-           "unregister", "vectors_of"]
+           "registered", "unregister", "vectors_of"]
 
 REGISTRY: dict[str, Retriever] = {r.name: r for r in (DenseRetriever(), SparseRetriever(), BM25Retriever())}
 RETRIEVERS: tuple[str, ...] = tuple(REGISTRY)  # the built-in retrievers (REGISTRY also holds registered ones)
@@ -67,6 +67,11 @@ def unregister(name: str) -> Retriever:
 
         unregister_representation(retriever.representation.name)
     return retriever
+
+
+def registered() -> list[Retriever]:
+    """The retrievers added with :func:`register` (the built-in ones aside), in registration order."""
+    return [r for name, r in REGISTRY.items() if name not in RETRIEVERS]
 
 
 def get(name: str) -> Retriever:
