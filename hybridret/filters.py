@@ -12,8 +12,10 @@ Syntax (a JSON object; several keys in one object are ANDed)::
     {"author.name": "Ada"}                     dots address nested objects
 
 Comparisons are type-strict: ``1`` matches neither ``true`` nor ``"1"``; integers and floats compare
-as numbers. A filter is applied *before* top-k in every retriever (see :mod:`hybridret.retrievers`),
-so a filtered search returns ``k`` hits whenever ``k`` documents match.
+as numbers. A filter is applied *before* top-k in every retriever (see :mod:`hybridret.retrievers`):
+exact retrievers (Flat dense, learned sparse, BM25) return the exact top-k of the matching documents
+(learned sparse and BM25 never return a document that scores 0); HNSW/IVF segments return the
+matching documents their graph or lists reach (docs/filters.md measures the recall).
 """
 
 from __future__ import annotations
