@@ -18,6 +18,7 @@ from .errors import ConfigError, check_fields
 from .fusion import candidate_union, linear_fusion, rrf_fusion
 from .refine import GQRConfig, adaptive_guide, gqr_scores, guide_signal
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
+from .retrievers.base import prepare_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
@@ -134,13 +135,15 @@ class Candidates:
 
 
 def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *,
-                      filt: Filter | None = None, score_all: tuple[str, ...] = (), vectors: bool = False) -> Candidates:
+                      filt: Filter | None = None, score_all: tuple[str, ...] = (), vectors: bool = False,
+                      threads: int | None = None) -> Candidates:
     """Top ``depth`` of each retriever in ``names`` (pre-filtered), their union, and exact scores
-    from every retriever in ``names + score_all``; with ``vectors``, the rows' dense vectors too."""
-    ctx = {name: REGISTRY[name].prepare(snap, q) for name in dict.fromkeys((*names, *score_all))}
-    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name])[0] for name in names}
+    from every retriever in ``names + score_all``; with ``vectors``, the rows' dense vectors too.
+    ``threads``: the thread budget of every search (``None``: every core)."""
+    ctx = {name: prepare_context(REGISTRY[name], snap, q, threads=threads) for name in dict.fromkeys((*names, *score_all))}
+    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name], threads=threads)[0] for name in names}
     union = candidate_union(*lists.values())
-    exact = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name]) for name in ctx}
+    exact = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name], threads=threads) for name in ctx}
     if "dense" in exact:  # padding scores -inf, as the dense index does
         exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
     listed = {name: _member(union, rows) for name, rows in lists.items()}
@@ -166,15 +169,16 @@ def guide_scores(cands: Candidates, guide: Mapping[str, float]) -> np.ndarray:
     return guide_signal(cands.exact, cands.valid, guide)
 
 
-def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
+                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows; queries are
-    fused :data:`FUSION_CHUNK` at a time so memory stays bounded for any batch."""
+    fused :data:`FUSION_CHUNK` at a time so memory stays bounded for any batch. ``threads``: the
+    thread budget of every search (``None``: every core)."""
     parts = []
     for a in range(0, len(q), FUSION_CHUNK):
         sub = q.slice(a, a + FUSION_CHUNK)
-        cands = gather_candidates(config.union_retrievers, max(k, config.depth), snap, sub, filt=filt)
-        parts.append(fuse(config, cands, k, snap, sub, filt=filt))
+        cands = gather_candidates(config.union_retrievers, max(k, config.depth), snap, sub, filt=filt, threads=threads)
+        parts.append(fuse(config, cands, k, snap, sub, filt=filt, threads=threads))
     if len(parts) == 1:
         return parts[0]
     names = parts[0][2]
@@ -183,7 +187,7 @@ def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *,
 
 
 def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
-         filt: Filter | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+         filt: Filter | None = None, threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set).
 
     ``snap`` may be ``None`` when ``cands.vectors`` is set (or for linear / RRF): everything but
@@ -216,8 +220,9 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None,
     if gqr.final == "research":
         dense = REGISTRY["dense"]
         rq = q.with_(dense=refined)
-        rows, scores = search_rows(dense, snap, rq, k, filt)  # type: ignore[arg-type]
-        comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}  # type: ignore[arg-type]
+        rows, scores = search_rows(dense, snap, rq, k, filt, threads=threads)  # type: ignore[arg-type]
+        comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows, threads=threads),  # type: ignore[arg-type]
+                                   np.nan).astype(np.float32)}
         return rows, scores, comps
     exact = dict(cands.exact)
     exact["dense_refined"] = refined_scores
