@@ -417,6 +417,29 @@ def test_bm25_statistics_on_the_old_and_the_new_snapshot_at_once(tmp_path):
     assert all(isinstance(s.part("bm25"), BM25Store) for s in new.segments)
 
 
+def test_bm25_tf_factors_under_outside_statistics(tmp_path):
+    """A coordinator's statistics (another avgdl per shard commit) score as a fresh snapshot does;
+    each segment of a snapshot keeps the latest two avgdl's tf factors, nothing on the store."""
+    from hybridret.retrievers.bm25 import BM25Stats
+
+    docs = _docs(300, seed=6)
+    root = build_text_only(tmp_path / "idx", docs, parts=2, delete=[d["id"] for d in docs[::29]])
+    snap = open_snapshot(root)
+    r, q = REGISTRY["bm25"], QueryBatch(BM25_QUERIES)
+    base = collection_stats(snap, [t for toks in bm25_tokens(snap, BM25_QUERIES) for t in toks])
+    outside = [BM25Stats(base.num_docs * m, base.total_len * m + extra, {t: c * m for t, c in base.df.items()})
+               for m, extra in ((2, 0), (3, 7_000), (2, 0), (5, 11))]
+    for stats in outside:
+        fresh = open_snapshot(root)  # nothing kept yet
+        got = search_rows(r, snap, q, K, ctx=r.prepare(snap, q, stats=stats))
+        want = search_rows(r, fresh, q, K, ctx=r.prepare(fresh, q, stats=stats))
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    for i in range(2):
+        slot = snap.cache.get(("bm25.tf", "bm25", i), lambda: pytest.fail("no tf factors kept"))
+        assert len(slot._by_avgdl) == 2 and outside[-1].avgdl in slot._by_avgdl
+
+
 def test_snapshot_cache_computes_each_key_once():
     cache = SnapshotCache()
     calls: list[int] = []

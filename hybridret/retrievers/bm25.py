@@ -104,9 +104,8 @@ class _TfSlot:
             fac = self._by_avgdl.get(avgdl)
             if fac is None:
                 fac = store.tf_factors(avgdl)
-                kept = dict(list(self._by_avgdl.items())[-(_TF_KEEP - 1):]) if _TF_KEEP > 1 else {}
-                kept[avgdl] = fac
-                self._by_avgdl = kept  # replaced whole: readers without the lock see one dict or the other
+                latest = list(self._by_avgdl.items())[len(self._by_avgdl) - _TF_KEEP + 1:]
+                self._by_avgdl = {**dict(latest), avgdl: fac}  # replaced whole: lock-free readers see one or the other
             return fac
 
 
