@@ -25,6 +25,7 @@ from .fusion import Candidates, FusedRows, candidate_union, linear_fusion, rrf_f
 from .methods import FUSION_METHODS
 from .refine import GQRConfig, fuse_gqr
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows, vectors_of
+from .retrievers.base import prepare_context
 
 if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
@@ -119,11 +120,11 @@ class Fuser(Protocol):
     """A fusion method: the top ``k`` of gathered candidates (see :func:`fuse`)."""
 
     def __call__(self, config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
-                 filt: Filter | None = None) -> FusedRows: ...
+                 filt: Filter | None = None, threads: int | None = None) -> FusedRows: ...
 
 
 def fuse_linear(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
-                filt: Filter | None = None) -> FusedRows:
+                filt: Filter | None = None, threads: int | None = None) -> FusedRows:
     """Weighted sum of the retrievers' normalised exact scores (``config.normalisation``)."""
     fused = linear_fusion({r: cands.exact[r] for r in config.retrievers}, cands.valid, config.weights,
                           config.normalisation)
@@ -131,7 +132,7 @@ def fuse_linear(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot 
 
 
 def fuse_rrf(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
-             filt: Filter | None = None) -> FusedRows:
+             filt: Filter | None = None, threads: int | None = None) -> FusedRows:
     """Reciprocal rank fusion over the retrievers whose own list holds each candidate."""
     fused = rrf_fusion({r: cands.exact[r] for r in config.retrievers}, cands.listed, config.rrf_k, config.weights)
     return select(cands.rows, fused, cands.exact, k)
@@ -149,35 +150,37 @@ weighted per query by top-10 agreement, ranking by the z-scored refined dense sc
 of the z-scored guide."""
 
 
-def prepare_all(names: tuple[str, ...], snap: Snapshot, q: QueryBatch, stats: Mapping[str, Any] | None = None
-                ) -> dict[str, Any]:
+def prepare_all(names: tuple[str, ...], snap: Snapshot, q: QueryBatch, stats: Mapping[str, Any] | None = None, *,
+                threads: int | None = None) -> dict[str, Any]:
     """Each retriever's per-call context (:meth:`Retriever.prepare`), with the collection
     statistics ``stats`` names for it (summed over shards; absent: the snapshot's own)."""
     stats = stats or {}
-    return {name: REGISTRY[name].prepare(snap, q, stats=stats.get(name)) for name in dict.fromkeys(names)}
+    return {name: prepare_context(REGISTRY[name], snap, q, stats.get(name), threads=threads)
+            for name in dict.fromkeys(names)}
 
 
 def gather_lists(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
-                 score_all: tuple[str, ...] = (), stats: Mapping[str, Any] | None = None
+                 score_all: tuple[str, ...] = (), stats: Mapping[str, Any] | None = None, threads: int | None = None
                  ) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], np.ndarray, dict[str, np.ndarray]]:
     """What candidate gathering computes on one snapshot (a single index, or one shard of a sharded
     one): each retriever's top ``depth`` ``(rows, scores)`` (pre-filtered), their union (first-seen
     order), and every retriever in ``names + score_all``'s exact scores of the union (``0`` at
-    padding)."""
-    ctx = prepare_all((*names, *score_all), snap, q, stats)
-    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name]) for name in names}
+    padding). ``threads``: the thread budget of every search (``None``: every core)."""
+    ctx = prepare_all((*names, *score_all), snap, q, stats, threads=threads)
+    lists = {name: search_rows(REGISTRY[name], snap, q, depth, filt, ctx[name], threads=threads) for name in names}
     union = candidate_union(*(rows for rows, _ in lists.values()))
-    exact = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name]) for name in ctx}
+    exact = {name: score_rows(REGISTRY[name], snap, q, union, ctx[name], threads=threads) for name in ctx}
     return lists, union, exact
 
 
 def gather_candidates(names: tuple[str, ...], depth: int, snap: Snapshot, q: QueryBatch, *,
                       filt: Filter | None = None, score_all: tuple[str, ...] = (), vectors: bool = False,
-                      stats: Mapping[str, Any] | None = None) -> Candidates:
+                      stats: Mapping[str, Any] | None = None, threads: int | None = None) -> Candidates:
     """Top ``depth`` of each retriever in ``names`` (pre-filtered), their union, and exact scores
     from every retriever in ``names + score_all``; with ``vectors``, the rows' dense vectors too.
     ``stats``: collection statistics by retriever (see :func:`prepare_all`)."""
-    lists, union, exact = gather_lists(names, depth, snap, q, filt=filt, score_all=score_all, stats=stats)
+    lists, union, exact = gather_lists(names, depth, snap, q, filt=filt, score_all=score_all, stats=stats,
+                                       threads=threads)
     if "dense" in exact:  # padding scores -inf, as the dense index does
         exact["dense"] = np.where(union >= 0, exact["dense"], -np.inf).astype(np.float32)
     listed = {name: _member(union, rows) for name, (rows, _) in lists.items()}
@@ -191,18 +194,18 @@ def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
+                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows, for queries
     already encoded (blank ones included); the search plan's executor
     (:func:`hybridret.plan.execute`), so queries are fused :data:`FUSION_CHUNK` at a time."""
     from .plan import SnapshotSource, execute, fused_plan
 
-    return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap), q)
+    return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap, threads=threads), q)
 
 
 def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
-         filt: Filter | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+         filt: Filter | None = None, threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Apply one fusion method to gathered candidates (lets tuning reuse one candidate set): the
     function :data:`FUSERS` holds for ``config.method``.
 
@@ -211,4 +214,4 @@ def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None,
     fuser = FUSERS.get(config.method)
     if fuser is None:  # FusionConfig checks the method: only a config built around its checks gets here
         raise ConfigError(f"unknown fusion method {config.method!r}; expected one of {', '.join(FUSERS)}")
-    return fuser(config, cands, k, snap, q, filt=filt)
+    return fuser(config, cands, k, snap, q, filt=filt, threads=threads)

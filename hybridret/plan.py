@@ -185,10 +185,12 @@ class CandidateSource(ABC):
     ``snapshot`` is handed to :func:`~hybridret.hybrid.fuse` (``None`` when there is no single
     snapshot: the candidates then carry everything fusion needs). ``top_chunk``: queries per call
     of :meth:`top` (``None``: the whole batch at once); fused methods go
-    :data:`~hybridret.hybrid.FUSION_CHUNK` at a time."""
+    :data:`~hybridret.hybrid.FUSION_CHUNK` at a time. ``threads``: the thread budget every search
+    and fusion step of the plan gets (``None``: every core)."""
 
     snapshot: Snapshot | None = None
     top_chunk: int | None = None
+    threads: int | None = None
 
     def check(self, plan: SearchPlan) -> None:
         """Refuse a plan this source cannot run exactly, before anything is encoded (default: none)."""
@@ -224,8 +226,9 @@ class CandidateSource(ABC):
 class SnapshotSource(CandidateSource):
     """Candidates from one snapshot (what :class:`~hybridret.searcher.Searcher` searches)."""
 
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: Snapshot, *, threads: int | None = None) -> None:
         self.snapshot = snap
+        self.threads = threads  # every search's thread budget (None: every core)
 
     @property
     def empty(self) -> bool:
@@ -237,13 +240,13 @@ class SnapshotSource(CandidateSource):
     def top(self, name: str, depth: int, q: QueryBatch, *, filt: Filter | None = None,
             stats: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
         snap = self.snapshot
-        ctx = prepare_all((name,), snap, q, stats)[name]  # type: ignore[arg-type]
-        return search_rows(REGISTRY[name], snap, q, depth, filt, ctx)  # type: ignore[arg-type]
+        ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]  # type: ignore[arg-type]
+        return search_rows(REGISTRY[name], snap, q, depth, filt, ctx, threads=self.threads)  # type: ignore[arg-type]
 
     def gather(self, names: tuple[str, ...], depth: int, q: QueryBatch, *, filt: Filter | None = None,
                stats: Mapping[str, Any] | None = None, vectors: bool = False) -> Candidates:
         return gather_candidates(names, depth, self.snapshot, q, filt=filt, stats=stats,  # type: ignore[arg-type]
-                                 vectors=vectors)
+                                 vectors=vectors, threads=self.threads)
 
     def ids(self, rows: np.ndarray) -> np.ndarray:
         snap = self.snapshot
@@ -269,7 +272,8 @@ def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
             parts.append((rows, scores, {plan.single: scores}))
             continue
         cands = source.gather(plan.retrievers, plan.depth, sub, filt=plan.filter, stats=stats, vectors=plan.vectors)
-        parts.append(fuse(plan.fusion, cands, k, source.snapshot, sub, filt=plan.filter))  # type: ignore[arg-type]
+        parts.append(fuse(plan.fusion, cands, k, source.snapshot, sub, filt=plan.filter,  # type: ignore[arg-type]
+                          threads=source.threads))
     if len(parts) == 1:
         return parts[0]
     if not parts:

@@ -272,7 +272,7 @@ def guide_weights(config: FusionConfig, cands: Candidates) -> dict[str, float | 
 
 
 def fuse_gqr(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
-             filt: Filter | None = None) -> FusedRows:
+             filt: Filter | None = None, threads: int | None = None) -> FusedRows:
     """GQR as a fusion method (``method="gqr"`` of :func:`hybridret.hybrid.fuse`): refine each dense
     query towards its guide over the candidates, then rank with it.
 
@@ -301,7 +301,7 @@ def fuse_gqr(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | N
         raise ConfigError("GQR needs the queries' dense vectors")
     refined, refined_scores, g = gqr_scores(gqr, guide_weights(config, cands), cands.exact, valid, q.dense, docs)
     if gqr.final == "research":
-        return _research(snap, q, refined, k, filt)  # type: ignore[arg-type]
+        return _research(snap, q, refined, k, filt, threads)  # type: ignore[arg-type]
     exact = dict(cands.exact)
     exact["dense_refined"] = refined_scores
     if gqr.final_guide:  # a share of the guide kept in the final ranking (the ``hybrid`` default)
@@ -315,10 +315,11 @@ def fuse_gqr(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | N
     return select(cands.rows, refined_scores, exact, k)
 
 
-def _research(snap: Snapshot, q: QueryBatch, refined: np.ndarray, k: int, filt: Filter | None) -> FusedRows:
+def _research(snap: Snapshot, q: QueryBatch, refined: np.ndarray, k: int, filt: Filter | None,
+              threads: int | None = None) -> FusedRows:
     """``final="research"``: the top ``k`` of the whole dense index for the refined queries, each
     carrying its original dense score."""
     dense = REGISTRY["dense"]
-    rows, scores = search_rows(dense, snap, q.with_(dense=refined), k, filt)
-    comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows), np.nan).astype(np.float32)}
+    rows, scores = search_rows(dense, snap, q.with_(dense=refined), k, filt, threads=threads)
+    comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows, threads=threads), np.nan).astype(np.float32)}
     return rows, scores, comps

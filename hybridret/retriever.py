@@ -361,11 +361,13 @@ class HybridRetriever:
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
-        """See :meth:`Searcher.search`."""
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
+               threads: int | None = None) -> Hits:
+        """See :meth:`Searcher.search` (``threads``: this call's thread budget, ``None``: every core)."""
         if self._searcher is None:
             raise ConfigError("the retriever has no index yet: call index() or load()")
-        return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates)
+        return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
+                                     threads=threads)
 
 
 def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:

@@ -1,9 +1,16 @@
 """The read side: a read-only, thread-safe, picklable searcher over one snapshot of an index.
 
 A :class:`Searcher` holds a :class:`~hybridret.index.snapshot.Snapshot` and an encoder. Searching
-writes no state anywhere: any number of threads may call :meth:`Searcher.search` at once (tantivy
-and FAISS release the GIL). :meth:`Searcher.refresh` opens the newest commit and swaps it in with
-one assignment; searches already running finish on the snapshot they started with.
+writes no shared state: the parts of a segment are read-only once opened, and what a search derives
+from a commit (BM25's live statistics, tf factors) is computed once into that snapshot's
+``cache``, so any number of threads may call :meth:`Searcher.search` at once (tantivy and FAISS
+release the GIL). :meth:`Searcher.refresh` opens the newest commit and swaps it in with one
+assignment; searches already running finish on the snapshot they started with.
+
+``threads`` (on the searcher, or per call) is the search's thread budget, passed down to every
+part: ``None`` uses every core, ``1`` starts no worker thread (tantivy, the BM25 store and FAISS
+all run on the calling thread; see :mod:`hybridret.index.dense` for FAISS and torch). Encoding the
+queries runs the encoder's models with their own (process-wide) torch settings.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
 from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch
+from .retrievers.base import check_threads
 from .types import Hit, Hits, MatchedTerm
 
 __all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
@@ -174,8 +182,9 @@ class Searcher:
 
     def __init__(self, root: str | Path | None = None, *, encoder: Encoder | EncoderSlot | None = None,
                  device: str | None = None, snapshot: Snapshot | None = None, refresh_every: float | None = None,
-                 warm: bool = False) -> None:
+                 warm: bool = False, threads: int | None = None) -> None:
         prepare_native_libraries()
+        self.threads = check_threads(threads)  # each search's thread budget unless the call gives one
         if snapshot is None:
             if root is None:
                 raise ConfigError("Searcher needs an index directory")
@@ -254,11 +263,12 @@ class Searcher:
         """Pickles as a reference: the directory, the device and the encoder's description. The
         unpickled searcher opens the index's current commit (a timer, if any, is not carried)."""
         return {"root": str(self.root), "device": self.device, "encoder_config": self._encoder.config,
-                "verify": self._encoder.verify}
+                "verify": self._encoder.verify, "threads": self.threads}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         slot = EncoderSlot(None, state["encoder_config"], state["device"], verify=state.get("verify", True))
-        self.__init__(state["root"], device=state["device"], encoder=slot)  # type: ignore[misc]
+        self.__init__(state["root"], device=state["device"], encoder=slot,  # type: ignore[misc]
+                      threads=state.get("threads"))
 
     # -- availability and fusion defaults --------------------------------------------------------
     def available(self, snap: Snapshot | None = None) -> dict[str, bool]:
@@ -303,7 +313,8 @@ class Searcher:
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
+               threads: int | None = None) -> Hits:
         """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
         query refined towards the learned-sparse + BM25 scores of the candidates, each guide weighted
         per query by its top-10 agreement with the other retrievers), one retriever
@@ -312,12 +323,14 @@ class Searcher:
         before top-k: exact methods return the exact top-k of the matching documents (learned sparse
         and BM25 never return a document that scores 0; HNSW/IVF segments return the matching
         documents their graph or lists reach, see docs/filters.md). ``candidates``
-        overrides the per-retriever depth of fused methods. Blank queries get no hits. Returns
-        :class:`Hits` of shape ``(len(queries), k)``."""
+        overrides the per-retriever depth of fused methods. ``threads``: this call's thread budget
+        (default: the searcher's; ``None`` there: every core; ``1``: no worker thread). Blank
+        queries get no hits. Returns :class:`Hits` of shape ``(len(queries), k)``."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
+        threads = check_threads(threads) if threads is not None else self.threads
         snap = self._snap  # one snapshot for the whole call
         plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
                            fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0)
-        res = run_plan(plan, SnapshotSource(snap), self.encode_queries)
+        res = run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
         return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
                     components=res.components, query_sparse=res.query_sparse, _source=HitSource(snap, self._encoder))

@@ -260,7 +260,7 @@ def test_fuse_dispatches_through_the_method_table(monkeypatch):
     with pytest.raises(ConfigError, match="unknown fusion method 'vibes'"):
         hybrid.fuse(rogue, cands, 3, None, q)
 
-    def by_position(config, cands, k, snap, q, *, filt=None):
+    def by_position(config, cands, k, snap, q, *, filt=None, threads=None):
         return hybrid.select(cands.rows, -np.arange(cands.rows.shape[1], dtype=float)[None].repeat(len(q), 0),
                              cands.exact, k)
 

@@ -87,7 +87,9 @@ def open_tantivy(path: Path) -> tuple[Any, Path]:
 
 
 def run_queries(fn: Any, n: int, threads: int | None) -> None:
-    """Call ``fn(i)`` for every query; tantivy releases the GIL, so threads scale its share."""
+    """Call ``fn(i)`` for every query, on at most ``threads`` worker threads (``None``: one per
+    core; ``1``, or a single query: on the calling thread, starting none). tantivy releases the
+    GIL, so threads scale its share; its own searches run on the thread that calls them."""
     workers = min(n, threads if threads is not None else (os.cpu_count() or 1))
     if workers <= 1:
         for i in range(n):

@@ -16,6 +16,11 @@ repeated ``c`` times counts ``c`` times (tantivy: one clause per occurrence). Ev
 with numba or numpy, scoring of given rows) computes a document's score with the same float64
 operations in query-term order, so the same document gets bit-identical scores in every path and
 under any segmentation with the same statistics.
+
+A store is read-only once opened: searching writes nothing to it. What depends on the collection
+statistics of a call (the tf factors of an ``avgdl``, live statistics under a set of tombstones) is
+computed by the caller, and cached where it belongs (the BM25 retriever keeps them per snapshot,
+``Snapshot.cache``); the one exception is a per-thread score buffer (see :meth:`BM25Store.search`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
+from ._once import Once
 from .storage import atomic_write_json, atomic_write_npy, load_npy, read_json
 
 __all__ = ["B", "BM25Store", "BM25StoreBuilder", "FIELDNORMS", "K1", "QueryTerms", "SegmentQueries", "fieldnorm_to_id",
@@ -217,12 +224,15 @@ class BM25Store:
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
         self.total_len = int(self.lengths.astype(np.int64).sum())
+        self.own_avgdl = self.total_len / max(1, self.num_docs)  # the segment's own statistics (tombstones in)
         from ._tantivy import bm25_analyzer
 
         self.analyzer = bm25_analyzer()  # how query texts are analysed for this store
-        self._live_cache: dict[bytes, tuple[int, int, np.ndarray]] = {}
-        self._tf_cache: tuple[float, np.ndarray] | None = None
-        self._scratch: list[tuple[np.ndarray, np.ndarray]] = []
+        # made once on first use, never changed: the tf factors under the segment's own statistics
+        # (what SparseIndex.search_bm25 and a lone segment without tombstones score with)
+        self._own_fac: Once[np.ndarray] = Once()
+        # one score buffer pair per thread (see search): thread-local, so never shared or raced
+        self._scratch = threading.local()
 
     # -- statistics -------------------------------------------------------------------------------
     def lookup(self, tokens: Sequence[str]) -> np.ndarray:
@@ -232,26 +242,17 @@ class BM25Store:
 
     def live_stats(self, dead: np.ndarray | None = None) -> tuple[int, int, np.ndarray]:
         """``(documents, total length, df per term id + a final 0)`` without the rows ``dead`` (the
-        final 0 is what an absent token, id -1, reads); one pass over the postings per tombstone set
-        (the last few are cached)."""
+        final 0 is what an absent token, id -1, reads). One pass over the postings per call when
+        ``dead`` is not empty: callers keep the result (the BM25 retriever: once per snapshot)."""
         if dead is None or not len(dead):
             return self.num_docs, self.total_len, self._df_pad
-        key = np.ascontiguousarray(dead, dtype=np.int64).tobytes()
-        hit = self._live_cache.get(key)
-        if hit is None:
-            is_dead = np.zeros(self.num_docs, dtype=np.int64)
-            is_dead[dead] = 1
-            dead_df = np.add.reduceat(is_dead[self.docs], self.indptr[:-1]) if len(self.docs) else np.zeros(0, np.int64)
-            dead_df = np.where(self.df > 0, dead_df, 0)  # reduceat repeats a value for empty ranges
-            hit = (self.num_docs - len(dead), self.total_len - int(self.lengths[dead].astype(np.int64).sum()),
-                   np.append(self.df - dead_df, 0))
-            while len(self._live_cache) >= 4:  # threads may race here: evicting a key twice is harmless
-                try:
-                    self._live_cache.pop(next(iter(self._live_cache)), None)
-                except (StopIteration, RuntimeError):  # emptied, or resized by another thread meanwhile
-                    break
-            self._live_cache[key] = hit
-        return hit
+        dead = np.asarray(dead, dtype=np.int64)
+        is_dead = np.zeros(self.num_docs, dtype=np.int64)
+        is_dead[dead] = 1
+        dead_df = np.add.reduceat(is_dead[self.docs], self.indptr[:-1]) if len(self.docs) else np.zeros(0, np.int64)
+        dead_df = np.where(self.df > 0, dead_df, 0)  # reduceat repeats a value for empty ranges
+        return (self.num_docs - len(dead), self.total_len - int(self.lengths[dead].astype(np.int64).sum()),
+                np.append(self.df - dead_df, 0))
 
     def stats(self, tokens: Sequence[str], dead: np.ndarray | None = None) -> tuple[int, int, dict[str, int]]:
         """``(documents, total length, df per token)`` of this segment, without the rows ``dead``."""
@@ -273,25 +274,36 @@ class BM25Store:
 
     # -- scoring ----------------------------------------------------------------------------------
     def tf_factors(self, avgdl: float) -> np.ndarray:
-        """``tf / (tf + k1 (1 - b + b dl / avgdl))`` of every posting (float64), cached for the last avgdl."""
-        cached = self._tf_cache
-        if cached is not None and cached[0] == avgdl:
-            return cached[1]
+        """``tf / (tf + k1 (1 - b + b dl / avgdl))`` of every posting (float64): one pass over the
+        postings (about 7 ms per million), so callers keep it for as long as ``avgdl`` holds; for the
+        store's own :attr:`own_avgdl` it is computed once and kept (it never changes)."""
+        if avgdl == self.own_avgdl:
+            return self._own_fac.get(lambda: self._tf_factors(avgdl))
+        return self._tf_factors(avgdl)
+
+    def _tf_factors(self, avgdl: float) -> np.ndarray:
         f = self.tfs.astype(np.float64)
-        fac = f / (f + norm_table(avgdl)[self.fn[self.docs]])
-        self._tf_cache = (avgdl, fac)
+        return f / (f + norm_table(avgdl)[self.fn[self.docs]])
+
+    def _factors(self, avgdl: float, fac: np.ndarray | None) -> np.ndarray:
+        if fac is None:
+            return self.tf_factors(avgdl)
+        if fac.shape != self.docs.shape:
+            raise ConfigError(f"tf factors for {fac.shape} postings given, this store holds {len(self.docs)}")
         return fac
 
-    def score(self, queries: SegmentQueries, avgdl: float, rows: np.ndarray) -> np.ndarray:
+    def score(self, queries: SegmentQueries, avgdl: float, rows: np.ndarray, *, fac: np.ndarray | None = None
+              ) -> np.ndarray:
         """Exact BM25 of local ``rows[q]`` (``-1`` -> 0) for each query: the same float operations as
         :meth:`search` (each posting's tf factor times the weight, added in query-term order), so a
-        row gets the same score from both."""
+        row gets the same score from both. ``fac``: :meth:`tf_factors` of ``avgdl``, when the
+        caller keeps them (else computed for this call)."""
         rows = np.ascontiguousarray(rows, dtype=np.int64)
         out = np.zeros(rows.shape, dtype=np.float64)
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         if not len(terms) or not rows.size:
             return out.astype(np.float32)
-        fac = self.tf_factors(avgdl)
+        fac = self._factors(avgdl, fac)
         kern = _numba("score")
         if kern is not None:
             kern(ptr, terms, weights, self.indptr, self.docs, fac, rows, out)
@@ -312,10 +324,18 @@ class BM25Store:
         return out.astype(np.float32)
 
     def search(self, queries: SegmentQueries, avgdl: float, k: int, *, allowed: np.ndarray | None = None,
-               threads: int | None = 1) -> tuple[np.ndarray, np.ndarray]:
+               threads: int | None = 1, fac: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k local rows ``(nq, k)`` (``-1`` / ``-inf`` padding), scores > 0, ties by row,
         restricted to ``allowed`` rows when a mask is given. numba when installed, else numpy.
-        ``threads``: worker threads over blocks of at least 8 queries (``None``: every core)."""
+        ``threads``: worker threads over blocks of at least 8 queries (``None``: every core; ``1``:
+        none, the calling thread does it all). ``fac``: :meth:`tf_factors` of ``avgdl``, when the
+        caller keeps them (else computed for this call).
+
+        The numba path accumulates into a dense score buffer (``8 + 4`` bytes per document); a fresh
+        one per call costs page faults (+6-8 % of a one-query call on 30,000 documents, several ms
+        on millions), so each thread keeps one buffer pair per store, zeroed by the kernel on exit
+        (``threading.local``: never shared between threads; freed with the thread). Worker threads
+        live for one call, so only the calling thread's buffer is reused across calls."""
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
@@ -324,7 +344,7 @@ class BM25Store:
         scores = np.full((nq, k), -np.inf, dtype=np.float64)
         if nq == 0 or not len(terms):
             return rows, scores.astype(np.float32)
-        fac = self.tf_factors(avgdl)
+        fac = self._factors(avgdl, fac)
         mask = np.zeros(0, dtype=np.bool_) if allowed is None else np.asarray(allowed, dtype=np.bool_)
         kern = _numba("topk")
         if kern is None:
@@ -334,16 +354,15 @@ class BM25Store:
         workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
 
         def block(a: int, b: int) -> None:
-            # scratch (dense scores, touched rows) reused across calls: the kernel leaves it zeroed
-            scratch = self._scratch
-            try:  # list.pop is atomic; another thread may take the last buffer between a check and a pop
-                buf = scratch.pop()
-            except IndexError:
-                buf = (np.zeros(self.num_docs), np.empty(self.num_docs, np.int64))
+            # this thread's buffers (dense scores, touched rows): the kernel leaves the scores zeroed
+            local = self._scratch
+            buf = getattr(local, "buf", None)
+            local.buf = None  # taken (and dropped below if the kernel fails half-way)
+            if buf is None:
+                buf = (np.zeros(self.num_docs), np.empty(self.num_docs, np.int32))
             kern(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], self.indptr, self.docs,
                  fac, buf[0], buf[1], mask, k, rows[a:b], scores[a:b])
-            if len(scratch) < _SCRATCH_KEEP:  # not on an exception: a half-used buffer is dropped
-                scratch.append(buf)
+            local.buf = buf
 
         if workers == 1:
             block(0, nq)
@@ -382,10 +401,7 @@ def _numpy_topk(st: BM25Store, terms: np.ndarray, weights: np.ndarray, fac: np.n
     out_scores[:len(order)] = s[order]
 
 
-_KERNEL: dict[str, Any] = {}
-
-
-_SCRATCH_KEEP = 4  # score buffers kept per segment for reuse (8 + 8 bytes per document each)
+_KERNEL: dict[str, Any] = {}  # compiled code, the same for every store (not search state)
 
 
 def _numba(name: str) -> Any:

@@ -3,21 +3,36 @@
 ``vectors.npy`` holds every document vector (float32, memory-mapped), so any candidate can be
 re-scored exactly whatever the FAISS index type (HNSW, IVF-PQ, ...). For ``"Flat"`` the FAISS index
 is rebuilt from the vectors on load instead of being stored twice.
+
+An opened index is read-only: a search writes nothing to it (the one value made later, the CPU
+copy of a GPU index, is made once on first need and never changed).
+
+**Threads.** :meth:`DenseIndex.search` takes a thread budget. FAISS's CPU searches run on its
+OpenMP threads; OpenMP's thread count is a per-thread setting (``omp_set_num_threads`` sets it for
+the calling thread only, checked with FAISS's libgomp), so a budget is applied around each FAISS
+call and restored after, without touching other threads' searches. torch (the batched exact
+inner-product path) can only change its thread count process-wide (``torch.set_num_threads`` is
+global, and races with other threads), so that path is taken only without a budget
+(``threads=None``, or at least as many threads as cores); with a smaller budget the batch goes to
+FAISS. Torch settings of the application (and of the query encoder) are never changed here.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
+from ._once import Once
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
-__all__ = ["DenseIndex", "DenseIndexBuilder", "gpu_available"]
+__all__ = ["DenseIndex", "DenseIndexBuilder", "faiss_threads", "gpu_available"]
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +139,23 @@ class DenseIndexBuilder:
         self.vectors.abort()
 
 
+@contextmanager
+def faiss_threads(threads: int | None) -> Iterator[None]:
+    """FAISS's OpenMP threads limited to ``threads`` on the calling thread for the block (``None``:
+    as they are). OpenMP keeps the count per thread, so other threads' searches are unaffected."""
+    if threads is None:
+        yield
+        return
+    import faiss
+
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(int(threads))
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 def _add_file(index: Any, path: Path, mapped: np.ndarray) -> None:
     """Add the vectors of ``path`` to ``index`` with ordinary file reads, chunk by chunk.
 
@@ -188,8 +220,9 @@ class DenseIndex:
         elif device not in (None, "auto", "cpu"):
             raise ConfigError(f"device {device!r} requested but FAISS has no usable GPU")
         self.index = index
-        self._cpu_copy: Any = None  # GPU only: a CPU copy for k above GPU_MAX_K or filtered search
-        self._cpu_lock = threading.Lock()
+        # GPU only: a CPU copy for k above GPU_MAX_K or a filtered search, made on first need (a
+        # second copy of the index in memory: not made at open), once, and never changed after
+        self._cpu_copy: Once[Any] = Once()
         # exact inner product on the CPU: for batches, a torch matmul + top-k over FAISS's own copy
         # of the vectors is 1.5-3.5x faster than IndexFlatIP.search (benchmarks/beir.py)
         self._xb: np.ndarray | None = None
@@ -280,12 +313,9 @@ class DenseIndex:
     def _cpu_index(self) -> Any:
         if self.device != "cuda":
             return self.index
-        with self._cpu_lock:  # rare path (large k or a filter on a GPU index); built once
-            if self._cpu_copy is None:
-                import faiss
+        import faiss
 
-                self._cpu_copy = faiss.index_gpu_to_cpu(self.index)
-            return self._cpu_copy
+        return self._cpu_copy.get(lambda: faiss.index_gpu_to_cpu(self.index))  # rare path: large k, a filter
 
     def _search_params(self, index: Any, allowed: np.ndarray) -> Any:
         """FAISS search parameters restricting the search to ``allowed`` rows, keeping the index's
@@ -312,13 +342,14 @@ class DenseIndex:
         params._keep = (sel, bits)  # the selector and its bitmap must outlive the call
         return params
 
-    def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True, allowed: np.ndarray | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True, allowed: np.ndarray | None = None,
+               threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows and scores ``(nq, k)``, ``-1``/``-inf`` padded. With ``rescore`` (default) the
         FAISS candidates are re-scored exactly and re-sorted (matters for PQ and other lossy codes).
         ``allowed`` (a boolean mask over rows) restricts the search before top-k: through FAISS's
         ID selector for FAISS indexes (exact for Flat; HNSW and IVF return the allowed rows they
-        visit), and by masking scores in the batched matmul path."""
+        visit), and by masking scores in the batched matmul path. ``threads``: the CPU threads it
+        may use (``None``: every core; ``1``: only the calling thread; see the module docstring)."""
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
         q = self._check(queries)
@@ -332,7 +363,9 @@ class DenseIndex:
                 return _pad(np.zeros((len(q), 0), np.int64), np.zeros((len(q), 0), np.float32), k)
         n_allowed = self.num_docs if allowed is None else int(allowed.sum())
         kk = min(k, max(1, n_allowed))
-        if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES:
+        if threads is not None and threads >= (os.cpu_count() or 1):
+            threads = None  # the whole machine: what the libraries use anyway
+        if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES and threads is None:
             return self._matmul_search(self._xb, q, k, kk, allowed)
         index = self.index
         params = None
@@ -340,7 +373,8 @@ class DenseIndex:
             index = self._cpu_index()  # GPU kernels select at most 2048 and take no ID selector
         if allowed is not None:
             params = self._search_params(index, allowed)
-        scores, rows = index.search(q, kk, params=params) if params is not None else index.search(q, kk)
+        with faiss_threads(threads):
+            scores, rows = index.search(q, kk, params=params) if params is not None else index.search(q, kk)
         rows = rows.astype(np.int64)
         if rescore and self.factory != "Flat":
             scores = self.score(q, rows)

@@ -1,8 +1,10 @@
 """What a reader holds: one committed state of an index directory, immutable once opened.
 
 A :class:`Snapshot` is the manifest read at one moment plus every segment it names, opened, and
-the tombstones as of that commit. Rows are numbered globally across segments in manifest order
-(segment offset + row in the segment); deleted rows keep their numbers and are masked. A writer
+the tombstones as of that commit; what searches derive from that commit (BM25's live statistics
+under its tombstones, ...) is computed once, on first use, into its :class:`SnapshotCache`. Rows
+are numbered globally across segments in manifest order (segment offset + row in the segment);
+deleted rows keep their numbers and are masked. A writer
 committing meanwhile changes nothing a snapshot uses: new files only, and old ones are kept while
 the snapshot's lease (``DIR/leases/``) names them. ``Searcher.refresh`` opens a newer snapshot,
 reusing the segments it already has open.
@@ -13,10 +15,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import uuid
 import weakref
+from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,9 +28,10 @@ from ..errors import IndexFormatError, IndexNotFoundError
 from .manifest import LEASES, read_manifest, segment_files
 from .segment import Segment
 
-__all__ = ["Snapshot", "open_snapshot"]
+__all__ = ["Snapshot", "SnapshotCache", "open_snapshot"]
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def _write_lease(root: Path, manifest: dict[str, Any]) -> Path | None:
@@ -52,8 +57,46 @@ def _drop_lease(path: Path | None) -> None:
             pass
 
 
+class SnapshotCache:
+    """Values derived from one snapshot's immutable state, computed on first use and never changed
+    afterwards (e.g. BM25's live statistics of a segment under the snapshot's tombstones).
+
+    :meth:`get` computes a key's value once, however many threads ask at the same time (the others
+    wait for it; different keys are computed concurrently); a failed computation stores nothing.
+    It lives and dies with its snapshot: a newer snapshot starts empty, so it never reads a value of
+    an older commit, and two snapshots sharing a segment never share or evict each other's values.
+    Keys name their owner first, e.g. ``("bm25.live", part, segment index)``."""
+
+    def __init__(self) -> None:
+        self._values: dict[Hashable, Any] = {}
+        self._computing: dict[Hashable, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, make: Callable[[], T]) -> T:
+        """The value of ``key``: ``make()``, called once per snapshot."""
+        try:
+            return self._values[key]
+        except KeyError:
+            pass
+        with self._lock:
+            once = self._computing.setdefault(key, threading.Lock())
+        with once:
+            if key not in self._values:
+                self._values[key] = make()
+        with self._lock:
+            self._computing.pop(key, None)  # later callers find the value without a lock
+        return self._values[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
 class Snapshot:
-    """Segments, tombstones and the id map of one commit. Read-only after construction."""
+    """Segments, tombstones and the id map of one commit. Read-only after construction, except for
+    :attr:`cache`, where searches keep what they derive from this commit (:class:`SnapshotCache`)."""
 
     def __init__(self, root: Path, manifest: dict[str, Any], segments: list[Segment], lease: Path | None) -> None:
         self.root = root
@@ -90,6 +133,7 @@ class Snapshot:
         if len(self._row) != self.num_docs:
             raise IndexFormatError(f"{root}: {self.num_docs} live documents but {len(self._row)} distinct ids "
                                    "(an id is live twice)")
+        self.cache = SnapshotCache()
         self._finalizer = weakref.finalize(self, _drop_lease, lease)
 
     # -- rows -----------------------------------------------------------------------------------

@@ -14,11 +14,16 @@ Format-1 segments written before the store existed (their ``"bm25"`` part is a
 before: each query term's clause is boosted by ``idf_global / idf_segment``, the length
 normalisation is the segment's own and its tombstones still count. ``compact`` (or the merge
 policy) rewrites them with the store.
+
+What a search derives from the snapshot is kept on it (``Snapshot.cache``), never on the shared
+store: each segment's live statistics under the snapshot's tombstones (:func:`live_stats`, once per
+snapshot) and its tf factors for the ``avgdl`` searched with (:func:`tf_factors`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +34,7 @@ from ..index.bm25 import K1, BM25Store, QueryTerms, SegmentQueries, idf
 from ..index.snapshot import Snapshot
 from .base import QueryBatch, Retriever
 
-__all__ = ["BM25Retriever", "BM25Stats", "bm25_tokens", "collection_stats"]
+__all__ = ["BM25Retriever", "BM25Stats", "bm25_tokens", "collection_stats", "live_stats", "tf_factors"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,13 +77,59 @@ def bm25_tokens(snap: Snapshot, texts: Sequence[str]) -> list[list[str]]:
     return [list(analyzer.analyze(t)) if t else [] for t in texts]
 
 
+def live_stats(snap: Snapshot, i: int, part: str = "bm25") -> tuple[int, int, np.ndarray]:
+    """``(documents, total length, df per term id + a final 0)`` of the live rows of segment
+    ``i``'s BM25 store (:meth:`BM25Store.live_stats` under the snapshot's tombstones), computed once
+    per snapshot and kept in ``snap.cache``."""
+    store = snap.segments[i].part(part)
+    dead = snap.deleted[i]
+    if not len(dead):
+        return store.live_stats(None)  # the store's own counts: nothing to compute
+    return snap.cache.get(("bm25.live", part, i), lambda: store.live_stats(dead))
+
+
+class _TfSlot:
+    """One segment's tf factors in one snapshot, by ``avgdl``: the snapshot's own statistics give
+    one value; statistics from outside (a coordinator's sum over shards) change with other shards'
+    commits, so the latest :data:`_TF_KEEP` values are kept. Made under a lock, so each once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_avgdl: dict[float, np.ndarray] = {}
+
+    def get(self, store: BM25Store, avgdl: float) -> np.ndarray:
+        fac = self._by_avgdl.get(avgdl)
+        if fac is not None:
+            return fac
+        with self._lock:
+            fac = self._by_avgdl.get(avgdl)
+            if fac is None:
+                fac = store.tf_factors(avgdl)
+                latest = list(self._by_avgdl.items())[len(self._by_avgdl) - _TF_KEEP + 1:]
+                self._by_avgdl = {**dict(latest), avgdl: fac}  # replaced whole: lock-free readers see one or the other
+            return fac
+
+
+_TF_KEEP = 2  # tf factor arrays (8 bytes per posting each) kept per segment and snapshot
+
+
+def tf_factors(snap: Snapshot, i: int, avgdl: float, part: str = "bm25") -> np.ndarray:
+    """The tf factors (:meth:`BM25Store.tf_factors`) of segment ``i``'s store under ``avgdl``: the
+    store's own once-made array when ``avgdl`` is its own (one segment, no tombstones), else kept
+    on the snapshot."""
+    store = snap.segments[i].part(part)
+    if avgdl == store.own_avgdl:
+        return store.tf_factors(avgdl)
+    return snap.cache.get(("bm25.tf", part, i), _TfSlot).get(store, avgdl)
+
+
 def _segment_counts(snap: Snapshot, i: int, tokens: Sequence[str], local: np.ndarray | None
                     ) -> tuple[int, int, np.ndarray]:
     """(documents, total length, df of each token) of segment ``i``: live rows from the store, or
     tantivy's counts (tombstones included) for a format-1 segment without it."""
     part = snap.segments[i].part("bm25")
     if isinstance(part, BM25Store):
-        n, total, df_all = part.live_stats(snap.deleted[i])
+        n, total, df_all = live_stats(snap, i)
         return n, total, df_all[part.lookup(tokens) if local is None else local]
     n = part.tantivy_docs
     df = np.array([part.doc_freq(t) for t in tokens], dtype=np.int64)
@@ -121,15 +172,21 @@ class BM25Retriever(Retriever):
     global_stats = True  # document count, total length and df: summed over shards (statistics)
 
     def __init__(self, threads: int | None = None) -> None:
-        self.threads = threads  # worker threads per segment search (None: every core, batches of >= 16)
+        # this instance's thread budget when a call gives none (None: every core, batches of >= 16)
+        self.threads = threads
 
     def statistics(self, snap: Snapshot, q: QueryBatch) -> BM25Stats:
         """This snapshot's :func:`collection_stats` for the analysed tokens of the batch's texts."""
         return collection_stats(snap, (t for toks in bm25_tokens(snap, q.texts) for t in toks))
 
-    def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
+    def _budget(self, threads: int | None) -> int | None:
+        return threads if threads is not None else self.threads
+
+    def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None, *,
+                threads: int | None = None) -> Any:
         """Tokens and global term weights of the batch. ``stats`` (e.g. summed over shards) replaces
-        the snapshot's own statistics; it must cover the queries' tokens (absent = no document)."""
+        the snapshot's own statistics; it must cover the queries' tokens (absent = no document).
+        Starts no thread (``threads`` is accepted for the protocol)."""
         if not snap.segments:
             return None
         return self.context(snap, bm25_tokens(snap, q.texts), stats)
@@ -160,15 +217,17 @@ class BM25Retriever(Retriever):
         return _Context(tokens, avgdl, queries, boosts)
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
-                       ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+                       ctx: Any, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         part = snap.segments[i].part(self.part)
         if i in ctx.queries:
-            return part.search(ctx.queries[i], ctx.avgdl, k, allowed=allowed, threads=self.threads)
+            return part.search(ctx.queries[i], ctx.avgdl, k, allowed=allowed, threads=self._budget(threads),
+                               fac=tf_factors(snap, i, ctx.avgdl, self.part))
         return part.search(q.texts, k, allowed=allowed, tokens=ctx.tokens, boosts=ctx.boosts.get(i),
-                           threads=self.threads)
+                           threads=self._budget(threads))
 
-    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
+    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any, *,
+                      threads: int | None = None) -> np.ndarray:
         part = snap.segments[i].part(self.part)
-        if i in ctx.queries:
-            return part.score(ctx.queries[i], ctx.avgdl, rows)
+        if i in ctx.queries:  # one thread whatever the budget: a binary search per row and term
+            return part.score(ctx.queries[i], ctx.avgdl, rows, fac=tf_factors(snap, i, ctx.avgdl, self.part))
         return part.score(q.texts, rows, tokens=ctx.tokens, boosts=ctx.boosts.get(i))

@@ -20,11 +20,12 @@ class DenseRetriever(Retriever):
     positive_only = False
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
-                       ctx: Any) -> tuple[np.ndarray, np.ndarray]:
-        return snap.segments[i].part(self.part).search(q.get(self.needs), k, allowed=allowed)
+                       ctx: Any, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return snap.segments[i].part(self.part).search(q.get(self.needs), k, allowed=allowed, threads=threads)
 
-    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        return snap.segments[i].part(self.part).score(q.get(self.needs), rows)
+    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any, *,
+                      threads: int | None = None) -> np.ndarray:
+        return snap.segments[i].part(self.part).score(q.get(self.needs), rows)  # numpy, one thread
 
 
 def vectors_of(snap: Snapshot, rows: np.ndarray) -> np.ndarray:

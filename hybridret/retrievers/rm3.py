@@ -41,7 +41,7 @@ from ..errors import ConfigError
 from ..index.bm25 import K1, BM25Store, QueryTerms, SegmentQueries, idf
 from ..index.snapshot import Snapshot
 from .base import QueryBatch, Retriever, search_rows
-from .bm25 import BM25Retriever, BM25Stats, bm25_tokens, collection_stats
+from .bm25 import BM25Retriever, BM25Stats, bm25_tokens, collection_stats, tf_factors
 
 __all__ = ["RM3Retriever", "expansion", "relevance_model"]
 
@@ -98,8 +98,11 @@ class RM3Retriever(Retriever):
         if not 0.0 <= original_query_weight <= 1.0:
             raise ConfigError(f"RM3 original_query_weight must be in [0, 1], got {original_query_weight}")
         self.fb_docs, self.fb_terms, self.original_query_weight = fb_docs, fb_terms, original_query_weight
-        self.threads = threads
+        self.threads = threads  # this instance's thread budget when a call gives none
         self._bm25 = BM25Retriever(threads=threads)
+
+    def _budget(self, threads: int | None) -> int | None:
+        return threads if threads is not None else self.threads
 
     def available(self, snap: Snapshot) -> bool:
         return bool(snap.segments) and all(isinstance(s.part(self.part), BM25Store) for s in snap.segments)
@@ -108,17 +111,19 @@ class RM3Retriever(Retriever):
         """BM25's statistics of the batch's query tokens (the first pass's; see the module docstring)."""
         return self._bm25.statistics(snap, q)
 
-    def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None) -> Any:
+    def prepare(self, snap: Snapshot, q: QueryBatch, stats: BM25Stats | None = None, *,
+                threads: int | None = None) -> Any:
         """First pass, relevance model and the weighted second-pass queries of the batch.
         ``stats`` (e.g. summed over shards) replaces the snapshot's statistics in both passes; it
-        must then cover the expansion terms too (a term it lacks counts as in no document)."""
+        must then cover the expansion terms too (a term it lacks counts as in no document).
+        ``threads``: the first pass's thread budget."""
         if not snap.segments:
             return None
         if not self.available(snap):
             raise ConfigError("bm25+rm3 needs every segment's BM25 posting store: compact the index to write it")
         tokens = bm25_tokens(snap, q.texts)
         ctx1 = self._bm25.context(snap, tokens, stats)
-        rows, scores = search_rows(self._bm25, snap, q, self.fb_docs, None, ctx1)
+        rows, scores = search_rows(self._bm25, snap, q, self.fb_docs, None, ctx1, threads=self._budget(threads))
         doc_tokens = self._doc_tokens(snap, rows)
         weights = []
         for i, toks in enumerate(tokens):
@@ -165,9 +170,12 @@ class RM3Retriever(Retriever):
         return _Context([dict(w) for w in weights], avgdl, queries)
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
-                       ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+                       ctx: Any, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         return snap.segments[i].part(self.part).search(ctx.queries[i], ctx.avgdl, k, allowed=allowed,
-                                                       threads=self.threads)
+                                                       threads=self._budget(threads),
+                                                       fac=tf_factors(snap, i, ctx.avgdl, self.part))
 
-    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        return snap.segments[i].part(self.part).score(ctx.queries[i], ctx.avgdl, rows)
+    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any, *,
+                      threads: int | None = None) -> np.ndarray:
+        return snap.segments[i].part(self.part).score(ctx.queries[i], ctx.avgdl, rows,
+                                                      fac=tf_factors(snap, i, ctx.avgdl, self.part))

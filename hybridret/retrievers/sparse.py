@@ -26,11 +26,12 @@ class SparseRetriever(Retriever):
     part = "sparse"
 
     def search_segment(self, snap: Snapshot, i: int, q: QueryBatch, k: int, allowed: np.ndarray | None,
-                       ctx: Any) -> tuple[np.ndarray, np.ndarray]:
+                       ctx: Any, *, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         part = snap.segments[i].part(self.part)
         if part.num_docs > SMALL_SEGMENT:
-            return part.search(q.get(self.needs), k, allowed=allowed)
-        return part.search_exhaustive(q.get(self.needs), k, allowed=allowed)
+            return part.search(q.get(self.needs), k, allowed=allowed, threads=threads)
+        return part.search_exhaustive(q.get(self.needs), k, allowed=allowed)  # one sparse product, one thread
 
-    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any) -> np.ndarray:
-        return snap.segments[i].part(self.part).score(q.get(self.needs), rows)
+    def score_segment(self, snap: Snapshot, i: int, q: QueryBatch, rows: np.ndarray, ctx: Any, *,
+                      threads: int | None = None) -> np.ndarray:
+        return snap.segments[i].part(self.part).score(q.get(self.needs), rows)  # numpy, one thread
