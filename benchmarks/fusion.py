@@ -44,11 +44,11 @@ from hybridret.hybrid import (  # noqa: E402
     Candidates,
     FusionConfig,
     fuse,
-    fused_search,
     gather_candidates,
     select,
 )
 from hybridret.index.bm25 import BM25Store, BM25StoreBuilder  # noqa: E402
+from hybridret.plan import fused_search  # noqa: E402
 from hybridret.refine import (  # noqa: E402
     GQRConfig,
     adaptive_guide,

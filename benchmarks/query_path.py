@@ -92,7 +92,10 @@ def child(index: Path, queries: Path, cores: int) -> dict[str, Any]:
         faiss.omp_set_num_threads(1)
         torch.set_num_threads(1)
     from hybridret import HybridRetriever
-    from hybridret.hybrid import fused_search
+    try:
+        from hybridret.plan import fused_search
+    except ImportError:  # a baseline revision from before the search plan
+        from hybridret.hybrid import fused_search
     from hybridret.retrievers import REGISTRY, QueryBatch, search_rows
 
     z = np.load(queries)

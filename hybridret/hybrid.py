@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .index.snapshot import Snapshot
 
 __all__ = ["FUSERS", "FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS",
-           "Candidates", "FusedRows", "Fuser", "FusionConfig", "fuse", "fuse_linear", "fuse_rrf", "fused_search",
+           "Candidates", "FusedRows", "Fuser", "FusionConfig", "fuse", "fuse_linear", "fuse_rrf",
            "gather_candidates", "gather_lists", "prepare_all", "select"]
 
 GUIDE_WEIGHTINGS = ("fixed", "agreement")
@@ -192,16 +192,6 @@ def _member(union: np.ndarray, rows: np.ndarray) -> np.ndarray:
     for i in range(union.shape[0]):
         out[i] = np.isin(union[i], rows[i][rows[i] >= 0]) & (union[i] >= 0)
     return out
-
-
-def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
-                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Rows ``(nq, k)``, fused scores, and each retriever's exact scores of those rows, for queries
-    already encoded (blank ones included); the search plan's executor
-    (:func:`hybridret.plan.execute`), so queries are fused :data:`FUSION_CHUNK` at a time."""
-    from .plan import SnapshotSource, execute, fused_plan
-
-    return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap, threads=threads), q)
 
 
 def fuse(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,

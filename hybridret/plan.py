@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
     from .index.snapshot import Snapshot
 
-__all__ = ["CandidateSource", "PlanResult", "SearchPlan", "SnapshotSource", "default_fusion", "execute",
+__all__ = ["CandidateSource", "PlanResult", "SearchPlan", "SnapshotSource", "default_fusion", "execute", "fused_search",
            "fused_plan", "plan_search", "run_plan", "runnable"]
 
 logger = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping
 
 def fused_plan(config: FusionConfig, k: int, texts: Sequence[str], *, filt: Filter | None = None) -> SearchPlan:
     """The plan of one fused search with the settings given as they are (no defaults, no
-    availability checks, every query kept): what :func:`hybridret.hybrid.fused_search` runs."""
+    availability checks, every query kept): what :func:`fused_search` runs."""
     used = config.union_retrievers
     return SearchPlan(
         texts=tuple(texts), keep=tuple(range(len(texts))), k=k, method=config.method, label=config.method,
@@ -305,3 +305,11 @@ def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanR
             place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))), shape=(n, len(keep)))
             qs = (place @ q.sparse).tocsr()
     return PlanResult(rows=rows, scores=scores, components=comps, ids=source.ids(rows), query_sparse=qs)
+
+
+def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
+                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """One fused method over one snapshot for queries already encoded (blank ones included): rows
+    ``(nq, k)``, fused scores, and each retriever's exact scores of those rows; the plan's executor
+    (:func:`execute`), so queries are fused :data:`~hybridret.hybrid.FUSION_CHUNK` at a time."""
+    return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap, threads=threads), q)

@@ -18,9 +18,9 @@ import hybridret.hybrid as hybrid
 import hybridret.plan as plan_mod
 import hybridret.searcher as searcher_mod
 from hybridret.errors import ConfigError
-from hybridret.hybrid import HYBRID_DEFAULT, FusionConfig, fused_search
+from hybridret.hybrid import HYBRID_DEFAULT, FusionConfig
 from hybridret.index.snapshot import open_snapshot
-from hybridret.plan import SnapshotSource, default_fusion, plan_search
+from hybridret.plan import SnapshotSource, default_fusion, fused_search, plan_search
 from hybridret.retrievers import REGISTRY, QueryBatch
 from hybridret.retrievers.rm3 import RM3Retriever
 from hybridret.searcher import Searcher

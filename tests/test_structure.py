@@ -27,12 +27,13 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("hybridret._version", "hybridret.errors", "hybridret._runtime", "hybridret.methods",
               "hybridret.types", "hybridret.models")),
     # index/metadata.py is the metadata schema and its columns (numpy + errors): data and filters read it
-    ("data", ("hybridret.data", "hybridret.filters", "hybridret.fusion", "hybridret.qpp", "hybridret.eval",
+    ("data", ("hybridret.data", "hybridret.filters", "hybridret.fusion", "hybridret.eval",
               "hybridret.runs", "hybridret.irds", "hybridret.index.metadata")),
     ("encoders", ("hybridret.encoders",)),
     ("index", ("hybridret.index",)),
     ("retrievers", ("hybridret.retrievers",)),
     ("fusion", ("hybridret.hybrid", "hybridret.refine")),
+    ("plan", ("hybridret.plan",)),  # the search plan: over retrievers and fusion, under both searchers
     ("read/write", ("hybridret.searcher", "hybridret.indexer")),
     ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.train")),
     ("services", ("hybridret.client", "hybridret.serve", "hybridret.integrations", "hybridret.distributed")),

@@ -168,7 +168,7 @@ class Snapshot:
 
 
 def open_snapshot(root: str | Path, *, device: str | None = None, reuse: dict[str, Segment] | None = None,
-                  retries: int = 3) -> Snapshot:
+                  retries: int = 8) -> Snapshot:
     """Open the current commit of ``root``. Segments in ``reuse`` (by name) are not reopened. If a
     file vanishes because a writer committed meanwhile, the newer commit is opened instead."""
     root = Path(root)
