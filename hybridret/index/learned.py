@@ -377,10 +377,7 @@ class LearnedIndex:
 
     def check(self) -> list[str]:
         """The values check of ``info --check``: learned weights finite and non-negative."""
-        data = np.asarray(self.forward.data)
-        if not np.isfinite(data).all() or (data < 0).any():
-            return [f"{self.root}: learned weights that are negative, NaN or infinite"]
-        return []
+        return check_weights(self.root, self.forward)
 
     # -- pieces -------------------------------------------------------------------------------
     def _term_query(self, t: int) -> Any:
@@ -566,6 +563,14 @@ class LearnedIndex:
         """The same exact top-k as :meth:`search` (score > 0, ties by row), by scoring every
         document with one sparse product for the batch: the fast path for small segments."""
         return exhaustive_topk(self.forward, self.inverted, queries, k, allowed)
+
+
+def check_weights(root: Path, forward: sp.csr_matrix) -> list[str]:
+    """Problems with a learned-sparse forward store's values: negative, NaN or infinite weights."""
+    data = np.asarray(forward.data)
+    if not np.isfinite(data).all() or (data < 0).any():
+        return [f"{root}: learned weights that are negative, NaN or infinite"]
+    return []
 
 
 def exhaustive_topk(forward: sp.csr_matrix, inverted: sp.csr_matrix | None, queries: sp.csr_matrix, k: int,

@@ -35,7 +35,7 @@ from .._tantivy import BM25_TOKENIZER, SparseSearchStats, run_queries
 from .._tantivy import bm25_analyzer as _bm25_analyzer
 from .._tantivy import open_tantivy as _open_tantivy
 from ..bm25 import BM25Store, BM25StoreBuilder
-from ..learned import LearnedIndex, exhaustive_topk
+from ..learned import LearnedIndex, check_weights, exhaustive_topk
 from ..storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["SparseIndex", "SparseIndexBuilder", "SparseSearchStats"]
@@ -320,10 +320,7 @@ class SparseIndex:
 
     def check(self) -> list[str]:
         """The values check of ``info --check``: learned weights finite and non-negative."""
-        data = np.asarray(self.forward.data)
-        if not np.isfinite(data).all() or (data < 0).any():
-            return [f"{self.root}: learned weights that are negative, NaN or infinite"]
-        return []
+        return check_weights(self.root, self.forward)
 
     # -- learned sparse -------------------------------------------------------------------------
     def score(self, queries: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
