@@ -485,7 +485,8 @@ class IndexWriter:
         if migrate:
             switched = self.settings["sparse_scheme"] != DEFAULT_SETTINGS["sparse_scheme"]
             self.settings["sparse_scheme"] = DEFAULT_SETTINGS["sparse_scheme"]
-            stale = snap is not None and any(_outdated(seg, self._layout()) for seg in snap.segments)
+            layout = self._layout()
+            stale = snap is not None and any(_outdated(seg, layout) for seg in snap.segments)
         if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0 and not stale):
             if switched and snap is not None:  # nothing to rewrite, but later segments use the current format
                 return WriteResult(commit=self._commit(list(self.manifest["segments"]), {}, self._layout()))  # type: ignore[index]

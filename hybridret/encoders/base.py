@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from ..models import LOAD_LOCK
 from .identity import model_fingerprint
 
-__all__ = ["EncodedBatch", "Encoder", "loaded"]
+__all__ = ["ByName", "EncodedBatch", "Encoder", "loaded"]
 
 
 def loaded(attr: str, doc: str) -> Any:
@@ -25,7 +25,33 @@ def loaded(attr: str, doc: str) -> Any:
     return property(get, doc=doc)
 
 
-class EncodedBatch:
+class ByName:
+    """Representations by name (``reps``), ``None`` values dropped; ``dense`` / ``sparse`` read
+    the two built-in heads (``None`` when absent). Shared by :class:`EncodedBatch` and
+    :class:`~hybridret.retrievers.base.QueryBatch`."""
+
+    def __init__(self, reps: Mapping[str, Any] | None = None, **named: Any) -> None:
+        merged = dict(reps or {})
+        merged.update(named)
+        self.reps: dict[str, Any] = {k: v for k, v in merged.items() if v is not None}
+
+    def get(self, name: str) -> Any:
+        """Representation ``name`` (``None`` when it is absent)."""
+        return self.reps.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.reps
+
+    @property
+    def dense(self) -> np.ndarray | None:
+        return self.reps.get("dense")
+
+    @property
+    def sparse(self) -> sp.csr_matrix | None:
+        return self.reps.get("sparse")
+
+
+class EncodedBatch(ByName):
     """What an encoder returns for ``n`` texts: each representation by name.
 
     The built-in heads are ``"dense"`` (float32 ``(n, d)``, L2-normalised for the default models)
@@ -35,28 +61,9 @@ class EncodedBatch:
     ``len(batch)`` is the number of texts.
     """
 
-    def __init__(self, reps: Mapping[str, Any] | None = None, **named: Any) -> None:
-        merged = dict(reps or {})
-        merged.update(named)
-        self.reps: dict[str, Any] = {k: v for k, v in merged.items() if v is not None}
-
-    def get(self, name: str) -> Any:
-        return self.reps.get(name)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self.reps
-
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(self.reps)
-
-    @property
-    def dense(self) -> np.ndarray | None:
-        return self.reps.get("dense")
-
-    @property
-    def sparse(self) -> sp.csr_matrix | None:
-        return self.reps.get("sparse")
 
     def __len__(self) -> int:
         for v in self.reps.values():

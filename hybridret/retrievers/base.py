@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from ..encoders.base import ByName
 from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    import scipy.sparse as sp
 
     from ..encoders.reps import Representation
     from ..filters import Filter
@@ -54,7 +54,7 @@ def _takes_threads(fn: Callable[..., Any]) -> bool:
     return any(p.name == "threads" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-class QueryBatch:
+class QueryBatch(ByName):
     """Queries as the retrievers need them: their texts, and each representation by name.
 
     ``reps`` maps a representation name (an encoder head such as ``"dense"`` (float32 ``(n, d)``)
@@ -64,25 +64,11 @@ class QueryBatch:
     """
 
     def __init__(self, texts: list[str], reps: Mapping[str, Any] | None = None, **named: Any) -> None:
+        super().__init__(reps, **named)
         self.texts = list(texts)
-        merged = dict(reps or {})
-        merged.update(named)
-        self.reps: dict[str, Any] = {k: v for k, v in merged.items() if v is not None}
 
     def __len__(self) -> int:
         return len(self.texts)
-
-    def get(self, name: str) -> Any:
-        """The queries' representation ``name`` (``None`` when it was not encoded)."""
-        return self.reps.get(name)
-
-    @property
-    def dense(self) -> np.ndarray | None:
-        return self.reps.get("dense")
-
-    @property
-    def sparse(self) -> sp.csr_matrix | None:
-        return self.reps.get("sparse")
 
     def with_(self, **reps: Any) -> QueryBatch:
         """A copy with some representations replaced (``None`` removes one)."""
