@@ -42,7 +42,7 @@ __all__ = ["DEFAULT_SETTINGS", "IndexWriter", "Layout", "WriteResult", "as_docum
 logger = logging.getLogger(__name__)
 
 DEFAULT_SETTINGS: dict[str, Any] = {
-    "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "tfgrid", "sparse_bits": 6,
+    "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "impact", "sparse_bits": 6,
     "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
 }
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source")  # carried from commit to commit
@@ -478,7 +478,7 @@ class IndexWriter:
                 migrate: bool = False) -> WriteResult:
         """Merge every segment into one and drop tombstoned documents, re-encoding nothing. BM25
         statistics then equal those of a fresh build of the live documents. ``migrate`` switches the
-        index to the current sparse format (``sparse_scheme="tfgrid"``) and rewrites even a single
+        index to the current sparse format (``sparse_scheme="impact"``) and rewrites even a single
         segment that is in an older one."""
         snap = self.snapshot(reuse)
         stale = switched = False

@@ -43,16 +43,17 @@ class HybridRetriever:
 
     Settings: ``faiss_factory`` (any FAISS factory string, default exact ``"Flat"``),
     ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_scheme`` / ``sparse_bits`` / ``sparse_max_weight``
-    (how learned weights become tantivy tokens: ``"tfgrid"``, the default, stores them as term
-    frequencies on tantivy's own BM25 curve, one clause per query term; the format-1 ``"planes"`` /
-    ``"buckets"`` use bit planes or weight buckets and take ``sparse_bits`` / ``sparse_max_weight``;
-    results stay exact whatever they are, only speed changes), ``bm25`` (index the text for BM25),
+    (how learned weights are indexed: ``"impact"``, the default, keeps impact-layered postings
+    searched with pruning in numba (:mod:`hybridret.index.impact`); ``"tfgrid"`` stores them as
+    term frequencies on tantivy's own BM25 curve; the format-1 ``"planes"`` / ``"buckets"`` use bit
+    planes or weight buckets and take ``sparse_bits`` / ``sparse_max_weight``; results stay exact
+    whatever they are, only speed changes), ``bm25`` (index the text for BM25),
     ``store_text`` (keep texts for hit views) and ``max_segments`` (after an add or upsert, the
     smallest segments are merged while there are more; 0 = never merge automatically).
     """
 
     def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "Flat", faiss_metric: str = "ip",
-                 sparse_scheme: str = "tfgrid", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
+                 sparse_scheme: str = "impact", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
                  bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None) -> None:
         prepare_native_libraries()
         self.device = device
@@ -224,7 +225,7 @@ class HybridRetriever:
     def compact(self, *, migrate: bool = False, show_progress: bool | None = None) -> WriteResult:
         """Merge all segments into one and drop deleted documents (nothing is re-encoded).
         ``migrate=True`` also rewrites segments of an older sparse format (bit planes, BM25 in
-        tantivy) in the current one (``sparse_scheme="tfgrid"``), which later writes then use too."""
+        tantivy) in the current one (``sparse_scheme="impact"``), which later writes then use too."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
         with self._writer(self._root) as w:

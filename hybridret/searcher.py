@@ -33,7 +33,7 @@ from .hybrid import FusionConfig
 from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
 from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
-from .retrievers import REGISTRY, RETRIEVERS, QueryBatch
+from .retrievers import BUILTIN, REGISTRY, QueryBatch
 from .retrievers.base import check_threads
 from .types import Hit, Hits, MatchedTerm
 
@@ -41,7 +41,7 @@ __all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
 
 logger = logging.getLogger(__name__)
 
-METHODS: tuple[str, ...] = method_names(RETRIEVERS)  # the built-in methods; all now: method_names(REGISTRY)
+METHODS: tuple[str, ...] = method_names(BUILTIN)  # the built-in methods; all now: method_names(REGISTRY)
 _ENCODER_LOCK = threading.Lock()  # one encoder build at a time per process (see EncoderSlot)
 
 

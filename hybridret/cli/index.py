@@ -25,9 +25,10 @@ def add_parser(sub: Any) -> None:
                    help="faster CPU encoding: torch-bf16 (near-lossless, needs avx512_bf16/AMX) or torch-int8 "
                         "(fastest, small quality cost); see benchmarks/encode_speed.py (default: torch)")
     p.add_argument("--chunk-size", type=int, default=1024, help="documents per indexing chunk (default: 1024)")
-    p.add_argument("--sparse-scheme", choices=("tfgrid", "planes", "buckets"), default="tfgrid",
-                   help="tantivy encoding of learned weights: tfgrid (default, format 2: weights on tantivy's tf "
-                        "curve, BM25 from a posting store) or the format-1 planes/buckets; results are exact either way")
+    p.add_argument("--sparse-scheme", choices=("impact", "tfgrid", "planes", "buckets"), default="impact",
+                   help="how learned weights are indexed: impact (default: impact-layered postings, pruned exact "
+                        "search in numba), tfgrid (tantivy, weights on its tf curve) or the format-1 planes/buckets; "
+                        "results are exact either way")
     p.add_argument("--sparse-bits", type=int, default=6,
                    help="planes/buckets only: bit planes (or buckets) per term (default: 6)")
     p.add_argument("--sparse-max-weight", type=float, default=5.0,

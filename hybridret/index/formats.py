@@ -3,7 +3,8 @@
 | format | kind | reader | part names it serves |
 |---|---|---|---|
 | ``hybridret-dense-v1`` | dense | :class:`~.dense.DenseIndex` (FAISS + exact vectors) | ``dense`` |
-| ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy + float forward store) | ``sparse`` |
+| ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact-layered postings, pruned exact top-k in numba + float forward store; the default) | ``sparse`` |
+| ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy + float forward store; ``sparse_scheme="tfgrid"``) | ``sparse`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
 | ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
 """
@@ -20,13 +21,14 @@ from ..errors import IndexFormatError
 from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
 from .storage import read_json
 
-__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts", "open_part", "part_type"]
+__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts", "open_part", "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
 LEARNED_V1 = "hybridret-learned-v1"
+IMPACT_V1 = "hybridret-impact-v1"
 BM25_V1 = "hybridret-bm25-v1"
 SPARSE_V1 = "hybridret-sparse-v1"
-BUILTIN_FORMATS = frozenset({DENSE_V1, LEARNED_V1, BM25_V1, SPARSE_V1})
+BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, LEARNED_V1, BM25_V1, SPARSE_V1})
 _HEAP = 256_000_000  # tantivy writer heap of a learned-sparse part
 
 
@@ -53,6 +55,18 @@ def _learned_open(root: Path, device: str | None) -> Any:
     from .learned import LearnedIndex
 
     return LearnedIndex(root)
+
+
+def _impact_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from .impact import ImpactIndex
+
+    return ImpactIndex.create(root, int(dim or 1))
+
+
+def _impact_open(root: Path, device: str | None) -> Any:
+    from .impact import ImpactIndex
+
+    return ImpactIndex(root)
 
 
 def _bm25_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
@@ -92,6 +106,7 @@ def _vector_rows(part: Any, rows: np.ndarray) -> Any:
 
 
 for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows),
+            PartType(IMPACT_V1, "sparse", _impact_create, _impact_open, _forward_rows),
             PartType(LEARNED_V1, "sparse", _learned_create, _learned_open, _forward_rows),
             PartType(BM25_V1, "text", _bm25_create, _bm25_open),
             PartType(SPARSE_V1, "sparse", _v1_create, _v1_open, _forward_rows)):
@@ -100,15 +115,17 @@ for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows
 
 def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, Any]]) -> dict[str, PartSpec]:
     """The parts an index with these settings writes for the encoder's heads: ``dense`` (FAISS
-    factory and metric from the settings), ``sparse`` (learned terms: the tf grid, or a format-1
-    scheme when ``sparse_scheme`` asks for one) and ``bm25`` (when ``settings["bm25"]``)."""
+    factory and metric from the settings), ``sparse`` (learned terms: impact-layered postings by
+    default, ``sparse_scheme="tfgrid"`` the tantivy tf grid, or a format-1 scheme) and ``bm25`` (when ``settings["bm25"]``)."""
     parts: dict[str, PartSpec] = {}
     if "dense" in reps:
         parts["dense"] = PartSpec(DENSE_V1, "dense", {"factory": str(settings.get("faiss_factory", "Flat")),
                                                       "metric": str(settings.get("faiss_metric", "ip"))})
     if "sparse" in reps:
-        scheme = str(settings.get("sparse_scheme", "tfgrid"))
-        if scheme == "tfgrid":
+        scheme = str(settings.get("sparse_scheme", "impact"))
+        if scheme == "impact":
+            parts["sparse"] = PartSpec(IMPACT_V1, "sparse")
+        elif scheme == "tfgrid":
             parts["sparse"] = PartSpec(LEARNED_V1, "sparse")
         else:
             parts["sparse"] = PartSpec(SPARSE_V1, "sparse", {

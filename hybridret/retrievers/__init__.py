@@ -10,13 +10,17 @@ from ..methods import check_retriever_name
 from .base import QueryBatch, Retriever, score_rows, search_rows
 from .bm25 import BM25Retriever
 from .dense import DenseRetriever, vectors_of
-from .sparse import SparseRetriever
+from .sparse import SparseApproxRetriever, SparseRetriever
 
-__all__ = ["REGISTRY", "RETRIEVERS", "QueryBatch", "Retriever", "get", "register", "score_rows", "search_rows",
+__all__ = ["BUILTIN", "REGISTRY", "RETRIEVERS", "QueryBatch", "Retriever", "get", "register", "score_rows", "search_rows",
            "registered", "unregister", "vectors_of"]
 
-REGISTRY: dict[str, Retriever] = {r.name: r for r in (DenseRetriever(), SparseRetriever(), BM25Retriever())}
-RETRIEVERS: tuple[str, ...] = tuple(REGISTRY)  # the built-in retrievers (REGISTRY also holds registered ones)
+REGISTRY: dict[str, Retriever] = {r.name: r for r in (DenseRetriever(), SparseRetriever(), BM25Retriever(),
+                                                     SparseApproxRetriever())}
+#: The built-in retrievers that fused methods use by default (REGISTRY also holds registered ones).
+RETRIEVERS: tuple[str, ...] = ("dense", "sparse", "bm25")
+#: Every built-in retriever: those, and the opt-in approximate learned sparse (never fused by default).
+BUILTIN: tuple[str, ...] = (*RETRIEVERS, "sparse_approx")
 
 
 def register(retriever: Retriever, *, replace: bool = False) -> Retriever:
@@ -55,7 +59,7 @@ def unregister(name: str) -> Retriever:
     The built-in retrievers cannot be removed."""
     from ..errors import ConfigError
 
-    if name in RETRIEVERS:
+    if name in BUILTIN:
         raise ConfigError(f"{name!r} is a built-in retriever and cannot be unregistered")
     try:
         retriever = REGISTRY.pop(name)
@@ -71,7 +75,7 @@ def unregister(name: str) -> Retriever:
 
 def registered() -> list[Retriever]:
     """The retrievers added with :func:`register` (the built-in ones aside), in registration order."""
-    return [r for name, r in REGISTRY.items() if name not in RETRIEVERS]
+    return [r for name, r in REGISTRY.items() if name not in BUILTIN]
 
 
 def get(name: str) -> Retriever:
