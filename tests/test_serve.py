@@ -124,7 +124,7 @@ def test_health_and_info(http):
     assert info["num_docs"] == h["num_docs"]
     assert info["encoder"]["type"] == "paired"
     assert info["encoder"]["dense"]["model"] == "all-MiniLM-L6-v2"
-    assert info["available"] == {"dense": True, "sparse": True, "bm25": True}
+    assert info["available"] == {"dense": True, "sparse": True, "bm25": True, "sparse_approx": True}
     assert info["fusion"]["hybrid"]["method"] == "gqr"
     assert info["segments"] and all("live" in s for s in info["segments"])
     assert info["batching"]["enabled"] is True and info["batching"]["max_batch"] == 32

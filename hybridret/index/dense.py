@@ -15,6 +15,14 @@ inner-product path) can only change its thread count process-wide (``torch.set_n
 global, and races with other threads), so that path is taken only without a budget
 (``threads=None``, or at least as many threads as cores); with a smaller budget the batch goes to
 FAISS. Torch settings of the application (and of the query encoder) are never changed here.
+
+**FAISS's BLAS threshold.** FAISS 1.15 scores a flat search with BLAS only when ``queries x dim``
+reaches ``faiss.cvar.distance_compute_blas_threshold`` (128,000 by default: ~333 queries at 384
+dimensions); below it, every query scans the whole vector store on its own, ~8x slower per query
+at 1M vectors for the batches of 256 the hybrid's gather sends (benchmarks/scale_sparse.py). When
+the first dense part is opened and the threshold is still FAISS's default, it is lowered to
+:data:`BLAS_THRESHOLD` (the same results: both paths are exact inner products); a value the
+application set itself is left alone.
 """
 
 from __future__ import annotations
@@ -43,6 +51,8 @@ _ADD_CHUNK = 65_536
 GPU_MAX_K = 2048  # largest k FAISS GPU indexes can return
 _MAX_EF = 4096  # most HNSW candidates a filtered search widens to
 _MATMUL_MIN_QUERIES = 8  # below this FAISS's SIMD scan wins
+FAISS_BLAS_DEFAULT = 128_000  # faiss.cvar.distance_compute_blas_threshold as FAISS ships it
+BLAS_THRESHOLD = 4096  # queries x dim from which FAISS uses BLAS once a dense part is open (~10 queries at 384)
 _MATMUL_BLOCK = 1 << 25  # score entries per block (128 MB of float32)
 
 
@@ -195,6 +205,8 @@ class DenseIndex:
         if self.vectors.shape != (int(meta["num_docs"]), int(meta["dim"])):
             raise IndexFormatError(f"{self.root}: vectors.npy has shape {self.vectors.shape}, meta.json says "
                                    f"({meta['num_docs']}, {meta['dim']})")
+        if faiss.cvar.distance_compute_blas_threshold == FAISS_BLAS_DEFAULT:  # see the module docstring
+            faiss.cvar.distance_compute_blas_threshold = BLAS_THRESHOLD
         if self.factory == "Flat":
             index = _make_index(self.dim, "Flat", self.metric)
             _add_file(index, self.root / "vectors.npy", self.vectors)
