@@ -33,7 +33,7 @@ checked against an independent reference:
   and each retriever's library path, pre-encoded, ``threads=1``.
 
 Writes the JSON (default benchmarks/results/scale-sparse.json), a log-log plot of ms/query against
-size (docs/img/scale-sparse.svg) and a power-law extrapolation of each path and of each part's
+size (docs/img/scale-sparse.png) and a power-law extrapolation of each path and of each part's
 memory to MS MARCO's 8,841,823 passages.
 """
 
@@ -73,6 +73,9 @@ PRIOR_BYTES = {"generate": 1500, "build": 4000, "learned": 6500, "bm25": 3000, "
 PRIOR_BASE_MB = 700
 LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages measured
 GROUPS = ("learned", "bm25", "dense", "hybrid")
+PLOTTED = ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
+           "bm25-store-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy", "hybrid-default",
+           "hybrid-default-today")
 
 
 # --------------------------------------------------------------------------- steps (run in a child process)
@@ -160,7 +163,9 @@ def predict_peaks(n: int, done: list[dict[str, Any]]) -> dict[str, float]:
     out = {}
     for st in ("generate", "build", *GROUPS):
         pts = [(d["size"], d[st]["peak_rss_MB"]) for d in done if isinstance(d.get(st), dict) and "peak_rss_MB" in d[st]]
-        if len(pts) >= 2:
+        if st == "generate" and pts and n > rs.CHUNK:  # holds one chunk at a time, whatever the size
+            out[st] = max(m for _, m in pts)
+        elif len(pts) >= 2:
             (n0, m0), (n1, m1) = pts[-2], pts[-1]
             slope = max(0.0, (m1 - m0) / max(1, n1 - n0))
             out[st] = m1 + slope * (n - n1)
@@ -280,7 +285,10 @@ def extrapolate(results: list[dict[str, Any]], in_process: bool) -> dict[str, An
     out: dict[str, Any] = {"passages": MSMARCO, "ms_per_query": {}, "fit": "log ms = a + b log N, least squares "
                            "over the measured sizes (two sizes: the line through them)"}
     series: dict[str, list[tuple[int, float]]] = {}
-    for res in results:
+    resampled = [r for r in results if r["resampled"]]
+    fitted = resampled if len(resampled) >= 2 else results  # the real corpus differs from resampled ones
+    out["fitted_sizes"] = [r["size"] for r in fitted]
+    for res in fitted:
         for r in path_rows(res):
             if r.get("ms_per_query"):
                 series.setdefault(r["path"], []).append((res["size"], r["ms_per_query"]))
@@ -319,12 +327,14 @@ def plot(results: list[dict[str, Any]], extra: dict[str, Any], path: Path) -> st
     series: dict[str, list[tuple[int, float]]] = {}
     for res in results:
         for r in path_rows(res):
-            if r.get("ms_per_query") and not r["path"].startswith("retriever-"):
+            if r.get("ms_per_query") and r["path"] in PLOTTED:
                 series.setdefault(r["path"], []).append((res["size"], r["ms_per_query"]))
-    fig, ax = plt.subplots(figsize=(9, 6))
-    for key, pts in sorted(series.items()):
-        pts.sort()
-        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=paths.LABELS.get(key, key))
+    fig, ax = plt.subplots(figsize=(12.5, 6.5))
+    colours = plt.get_cmap("tab20").colors
+    for i, key in enumerate(k for k in PLOTTED if k in series):
+        pts = sorted(series[key])
+        line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="osD^v<>"[i % 7], color=colours[i % 20],
+                        label=paths.LABELS.get(key, key))
         fit = extra.get("ms_per_query", {}).get(key)
         if fit:
             ax.plot([pts[-1][0], MSMARCO], [pts[-1][1], fit["ms_at_8.8M"]], ls=":", color=line.get_color())
@@ -335,10 +345,10 @@ def plot(results: list[dict[str, Any]], extra: dict[str, Any], path: Path) -> st
     ax.set_ylabel("ms / query, one core")
     ax.set_title("search cost against corpus size (resampled MS MARCO passages)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
     return str(path)
 
@@ -411,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="one 10k size, 40 queries, in-process (CI)")
     ap.add_argument("--smoke-docs", type=int, default=200, help="--smoke without an index: passages to encode")
     ap.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/scale-sparse.json)")
-    ap.add_argument("--plot", type=Path, default=None, help="plot (default docs/img/scale-sparse.svg)")
+    ap.add_argument("--plot", type=Path, default=None, help="plot (default docs/img/scale-sparse.png)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
@@ -427,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     args.index = (args.index or ROOT / "indexes" / default_name).resolve()
     out = args.out or (Path(tempfile.gettempdir()) / "scale-sparse-smoke.json" if args.smoke
                        else RESULTS / "scale-sparse.json")
-    plot_path = args.plot or (out.with_suffix(".svg") if args.smoke else ROOT / "docs" / "img" / "scale-sparse.svg")
+    plot_path = args.plot or (out.with_suffix(".png") if args.smoke else ROOT / "docs" / "img" / "scale-sparse.png")
     built = prepare_source(args)
     src = rs.load_source(args.index)
     args.src_n = src.n

@@ -24,8 +24,8 @@ SCRIPT = ROOT / "benchmarks" / "scale_sparse.py"
 GROUP_PATHS = {
     "learned": ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute"),
     "bm25": ("bm25-store", "bm25-store-pruned", "bm25s-numba", "bm25s-numba-pretokenised"),
-    "dense": ("dense-hybridret", "dense-faiss", "dense-numpy", "dense-hybridret-single", "dense-faiss-single",
-              "dense-numpy-single"),
+    "dense": ("dense-hybridret", "dense-faiss", "dense-numpy", "dense-hybridret-b256", "dense-hybridret-single",
+              "dense-faiss-single", "dense-numpy-single"),
     "hybrid": ("hybrid-default", "hybrid-default-today", "retriever-dense", "retriever-sparse", "retriever-bm25"),
 }
 MUST_RUN = ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
@@ -34,7 +34,7 @@ MUST_RUN = ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", 
 
 @pytest.mark.slow
 def test_scale_sparse_smoke(tmp_path: Path) -> None:
-    out, plot = tmp_path / "scale-sparse.json", tmp_path / "scale-sparse.svg"
+    out, plot = tmp_path / "scale-sparse.json", tmp_path / "scale-sparse.png"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--index", str(tmp_path / "source"),
