@@ -68,8 +68,8 @@ logger = logging.getLogger("bench")
 MSMARCO = 8_841_823
 POOL = SHARED / "msmarco-dl19-pool"
 SAMPLE = ROOT / "hybridret" / "resources" / "sample"
-# a priori peak RSS per passage of each step (bytes), before a size has been measured; then measured
-PRIOR_BYTES = {"generate": 1500, "build": 4000, "learned": 6500, "bm25": 3000, "dense": 3500, "hybrid": 5500}
+# a priori growth of each step's peak RSS per passage (bytes; measured 30k -> 100k), until two sizes are measured
+PRIOR_BYTES = {"generate": 1500, "build": 4000, "learned": 4500, "bm25": 1200, "dense": 4200, "hybrid": 11500}
 PRIOR_BASE_MB = 700
 LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages measured
 GROUPS = ("learned", "bm25", "dense", "hybrid")
@@ -158,8 +158,9 @@ def parse_sizes(text: str, src_n: int) -> list[int]:
 
 
 def predict_peaks(n: int, done: list[dict[str, Any]]) -> dict[str, float]:
-    """Peak RSS (MB) each step would need at ``n`` passages: a line through the measured sizes
-    (one size: through its peak from the a-priori base), else the a-priori bytes per passage."""
+    """Peak RSS (MB) each step would need at ``n`` passages: a line through the two largest measured
+    sizes (one size: its peak plus the a-priori bytes per passage; none: the a-priori figures;
+    the generator holds one chunk whatever the size)."""
     out = {}
     for st in ("generate", "build", *GROUPS):
         pts = [(d["size"], d[st]["peak_rss_MB"]) for d in done if isinstance(d.get(st), dict) and "peak_rss_MB" in d[st]]
@@ -169,9 +170,9 @@ def predict_peaks(n: int, done: list[dict[str, Any]]) -> dict[str, float]:
             (n0, m0), (n1, m1) = pts[-2], pts[-1]
             slope = max(0.0, (m1 - m0) / max(1, n1 - n0))
             out[st] = m1 + slope * (n - n1)
-        elif pts:
+        elif pts:  # one size measured: its peak plus the a-priori growth
             n1, m1 = pts[-1]
-            out[st] = PRIOR_BASE_MB + max(m1 - PRIOR_BASE_MB, 0) * n / n1
+            out[st] = m1 + PRIOR_BYTES[st] * max(0, n - n1) / 2**20
         else:
             out[st] = PRIOR_BASE_MB + PRIOR_BYTES[st] * n / 2**20
     return out
