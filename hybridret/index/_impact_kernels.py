@@ -265,7 +265,8 @@ def search(qptr, qterm, qw, lptr, lmax, L, Luse, docs, w, fptr, fidx, fdat, acc,
     n = fptr.shape[0] - 1
     avg_len = max(1.0, fptr[n] / max(1, n))
     slack = 1.0 + 1e-5
-    every = max(n, int(8 * k * avg_len))  # postings between two refreshes of theta (a refresh reads acc once)
+    # postings between two refreshes of theta (a refresh reads acc once)
+    every = max(n, int(8 * k * avg_len)) if exact else max(n // 4, int(8 * k * avg_len))
     for q in range(qptr.shape[0] - 1):
         a = qptr[q]
         m = qptr[q + 1] - a
@@ -316,13 +317,14 @@ def search(qptr, qterm, qw, lptr, lmax, L, Luse, docs, w, fptr, fidx, fdat, acc,
             R += nxt - rem[j]
             rem[j] = nxt
             i += 1
-            if exact and since >= every and i < cnt:
+            if since >= every and i < cnt:
                 theta = _theta(acc, k, ths, thr, fptr, fidx, fdat, qbuf, theta)
                 since = 0
-                # no row not reached yet can enter once R < theta: stop when scoring the survivors
-                # from the forward store costs less than taking the remaining postings
-                if R * slack < theta and (_count(acc, theta / slack - R) * avg_len * rescore_cost
-                                                  <= total - taken):
+                # no row not reached yet can enter once R < theta. Exact: stop when scoring the
+                # survivors from the forward store costs less than taking the remaining postings;
+                # approximate: stop, and re-score only the ``depth`` best partial sums
+                if R * slack < theta and (not exact or _count(acc, theta / slack - R) * avg_len * rescore_cost
+                                          <= total - taken):
                     break
         if i == cnt:
             R = 0.0
