@@ -13,9 +13,11 @@ Scores follow tantivy exactly (k1 = 1.2, b = 0.75): ``idf = ln(1 + (N - df + 0.5
 the document length quantised through tantivy's fieldnorm table (:func:`fieldnorm_to_id`,
 :func:`id_to_fieldnorm`), ``avgdl = total_len / N`` with the raw lengths, and a query token
 repeated ``c`` times counts ``c`` times (tantivy: one clause per occurrence). Every path (top-k
-with numba or numpy, scoring of given rows) computes a document's score with the same float64
-operations in query-term order, so the same document gets bit-identical scores in every path and
-under any segmentation with the same statistics.
+with numba, pruned or exhaustive, or numpy; scoring of given rows) computes a document's score with
+the same float64 operations in query-term order, so the same document gets bit-identical scores in
+every path and under any segmentation with the same statistics. The pruned top-k (MaxScore over
+terms, block-max bounds: ``_bm25_kernels.topk_pruned``) bounds with the tf factors' maxima per
+term and per block of :data:`BLOCK` postings (:class:`TfFactors`, made with the factors).
 
 A store is read-only once opened: searching writes nothing to it. What depends on the collection
 statistics of a call (the tf factors of an ``avgdl``, live statistics under a set of tombstones) is
@@ -42,14 +44,15 @@ from ..errors import ConfigError, IndexFormatError
 from ._once import Once
 from .storage import atomic_write_json, atomic_write_npy, load_npy, read_json
 
-__all__ = ["B", "BM25Store", "BM25StoreBuilder", "FIELDNORMS", "K1", "QueryTerms", "SegmentQueries", "fieldnorm_to_id",
-           "id_to_fieldnorm", "idf", "query_terms"]
+__all__ = ["B", "BLOCK", "BM25Store", "BM25StoreBuilder", "FIELDNORMS", "K1", "QueryTerms", "SegmentQueries",
+           "TfFactors", "fieldnorm_to_id", "id_to_fieldnorm", "idf", "query_terms"]
 
 logger = logging.getLogger(__name__)
 
 FORMAT = "hybridret-bm25-v1"
 K1 = 1.2
 B = 0.75
+BLOCK = 128  # postings per block of a term's list (row order) for the block maxima of TfFactors
 
 
 def _fieldnorm_table() -> np.ndarray:
@@ -145,6 +148,33 @@ class SegmentQueries:
     weight: np.ndarray
 
 
+@dataclass(frozen=True, eq=False)
+class TfFactors:
+    """What a top-k search needs of one ``avgdl`` (:meth:`BM25Store.tf_factors`): the tf factor
+    ``tf / (tf + k1 (1 - b + b dl / avgdl))`` of every posting (float64), and their maxima per
+    block of :data:`BLOCK` postings of a term's list (blocks numbered by
+    :attr:`BM25Store.block_ptr`) and per term: the upper bounds the pruned search works with."""
+
+    avgdl: float
+    fac: np.ndarray
+    block_max: np.ndarray
+    term_max: np.ndarray
+
+    @classmethod
+    def of(cls, store: BM25Store, avgdl: float, fac: np.ndarray) -> TfFactors:
+        """The maxima of ``fac`` (one pass over the postings, ~1/4 of computing ``fac``)."""
+        bptr = store.block_ptr
+        if not len(fac):
+            return cls(avgdl, fac, np.zeros(0), np.zeros(len(bptr) - 1))
+        # block g of term t starts at indptr[t] + BLOCK * (g - bptr[t])
+        first = np.repeat(store.indptr[:-1] - BLOCK * bptr[:-1], np.diff(bptr))
+        block_max = np.maximum.reduceat(fac, first + BLOCK * np.arange(bptr[-1]))
+        has = store.df > 0
+        term_max = np.zeros(len(bptr) - 1)
+        term_max[has] = np.maximum.reduceat(block_max, bptr[:-1][has])
+        return cls(avgdl, fac, block_max, term_max)
+
+
 class BM25StoreBuilder:
     """Streams document texts into ``root`` (created); :meth:`close` writes the files."""
 
@@ -221,6 +251,9 @@ class BM25Store:
             raise IndexFormatError(f"{self.root}: BM25 store files do not match meta.json (truncated write?)")
         self.vocab = {w: i for i, w in enumerate(words)}
         self.df = np.diff(self.indptr)
+        # term t's postings in blocks of BLOCK: global block numbers block_ptr[t] .. block_ptr[t + 1] - 1
+        self.block_ptr = np.zeros(len(self.df) + 1, dtype=np.int64)
+        np.cumsum((self.df + BLOCK - 1) // BLOCK, out=self.block_ptr[1:])
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
         self.total_len = int(self.lengths.astype(np.int64).sum())
@@ -230,7 +263,7 @@ class BM25Store:
         self.analyzer = bm25_analyzer()  # how query texts are analysed for this store
         # made once on first use, never changed: the tf factors under the segment's own statistics
         # (what SparseIndex.search_bm25 and a lone segment without tombstones score with)
-        self._own_fac: Once[np.ndarray] = Once()
+        self._own_fac: Once[TfFactors] = Once()
         # one score buffer pair per thread (see search): thread-local, so never shared or raced
         self._scratch = threading.local()
 
@@ -273,27 +306,39 @@ class BM25Store:
         return qt.restrict(local, w)
 
     # -- scoring ----------------------------------------------------------------------------------
-    def tf_factors(self, avgdl: float) -> np.ndarray:
-        """``tf / (tf + k1 (1 - b + b dl / avgdl))`` of every posting (float64): one pass over the
-        postings (about 7 ms per million), so callers keep it for as long as ``avgdl`` holds; for the
-        store's own :attr:`own_avgdl` it is computed once and kept (it never changes)."""
+    def tf_factors(self, avgdl: float) -> TfFactors:
+        """The :class:`TfFactors` of ``avgdl``: one pass over the postings for the factors (about
+        7 ms per million) and one for their block maxima, so callers keep them for as long as
+        ``avgdl`` holds; for the store's own :attr:`own_avgdl` they are computed once and kept (they
+        never change)."""
         if avgdl == self.own_avgdl:
             return self._own_fac.get(lambda: self._tf_factors(avgdl))
         return self._tf_factors(avgdl)
 
-    def _tf_factors(self, avgdl: float) -> np.ndarray:
+    def _tf_factors(self, avgdl: float) -> TfFactors:
         f = self.tfs.astype(np.float64)
-        return f / (f + norm_table(avgdl)[self.fn[self.docs]])
+        return TfFactors.of(self, avgdl, f / (f + norm_table(avgdl)[self.fn[self.docs]]))
 
-    def _factors(self, avgdl: float, fac: np.ndarray | None) -> np.ndarray:
+    def _fac_array(self, avgdl: float, fac: TfFactors | np.ndarray | None) -> np.ndarray:
+        """The factors of ``fac``, checked (``None``: :meth:`tf_factors`)."""
+        if fac is None:
+            return self.tf_factors(avgdl).fac
+        arr = fac if isinstance(fac, np.ndarray) else fac.fac
+        if arr.shape != self.docs.shape or (isinstance(fac, TfFactors) and fac.term_max.shape != self.df.shape):
+            raise ConfigError(f"tf factors for {arr.shape} postings given, this store holds {len(self.docs)}")
+        if isinstance(fac, TfFactors) and fac.avgdl != avgdl:
+            raise ConfigError(f"tf factors of avgdl {fac.avgdl} given to score with avgdl {avgdl}")
+        return arr
+
+    def _factors(self, avgdl: float, fac: TfFactors | np.ndarray | None) -> TfFactors:
+        """``fac`` checked (``None``: :meth:`tf_factors`); a bare array gets its maxima for this call."""
         if fac is None:
             return self.tf_factors(avgdl)
-        if fac.shape != self.docs.shape:
-            raise ConfigError(f"tf factors for {fac.shape} postings given, this store holds {len(self.docs)}")
-        return fac
+        arr = self._fac_array(avgdl, fac)
+        return fac if isinstance(fac, TfFactors) else TfFactors.of(self, avgdl, arr)
 
-    def score(self, queries: SegmentQueries, avgdl: float, rows: np.ndarray, *, fac: np.ndarray | None = None
-              ) -> np.ndarray:
+    def score(self, queries: SegmentQueries, avgdl: float, rows: np.ndarray, *,
+              fac: TfFactors | np.ndarray | None = None) -> np.ndarray:
         """Exact BM25 of local ``rows[q]`` (``-1`` -> 0) for each query: the same float operations as
         :meth:`search` (each posting's tf factor times the weight, added in query-term order), so a
         row gets the same score from both. ``fac``: :meth:`tf_factors` of ``avgdl``, when the
@@ -303,7 +348,7 @@ class BM25Store:
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         if not len(terms) or not rows.size:
             return out.astype(np.float32)
-        fac = self._factors(avgdl, fac)
+        fac = self._fac_array(avgdl, fac)
         kern = _numba("score")
         if kern is not None:
             kern(ptr, terms, weights, self.indptr, self.docs, fac, rows, out)
@@ -324,12 +369,18 @@ class BM25Store:
         return out.astype(np.float32)
 
     def search(self, queries: SegmentQueries, avgdl: float, k: int, *, allowed: np.ndarray | None = None,
-               threads: int | None = 1, fac: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+               threads: int | None = 1, fac: TfFactors | np.ndarray | None = None, prune: bool = True
+               ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-k local rows ``(nq, k)`` (``-1`` / ``-inf`` padding), scores > 0, ties by row,
         restricted to ``allowed`` rows when a mask is given. numba when installed, else numpy.
         ``threads``: worker threads over blocks of at least 8 queries (``None``: every core; ``1``:
         none, the calling thread does it all). ``fac``: :meth:`tf_factors` of ``avgdl``, when the
-        caller keeps them (else computed for this call).
+        caller keeps them (else computed for this call; bare factor arrays get their maxima computed).
+
+        ``prune`` (numba): MaxScore over the query's terms with the block maxima of ``fac``
+        (``_bm25_kernels.topk_pruned``), which skips the lists and postings that cannot reach the
+        top k and returns what ``prune=False`` (every posting of every term) returns: the same
+        rows, ties and float32 scores. The numpy path is exhaustive either way.
 
         The numba path accumulates into a dense score buffer (``8 + 4`` bytes per document); a fresh
         one per call costs page faults (+6-8 % of a one-query call on 30,000 documents, several ms
@@ -346,11 +397,13 @@ class BM25Store:
             return rows, scores.astype(np.float32)
         fac = self._factors(avgdl, fac)
         mask = np.zeros(0, dtype=np.bool_) if allowed is None else np.asarray(allowed, dtype=np.bool_)
-        kern = _numba("topk")
+        kern = _numba("topk_pruned" if prune else "topk")
         if kern is None:
             for q in range(nq):
-                _numpy_topk(self, terms[ptr[q]:ptr[q + 1]], weights[ptr[q]:ptr[q + 1]], fac, mask, rows[q], scores[q])
+                _numpy_topk(self, terms[ptr[q]:ptr[q + 1]], weights[ptr[q]:ptr[q + 1]], fac.fac, mask, rows[q],
+                            scores[q])
             return rows, scores.astype(np.float32)
+        bounds = (self.block_ptr, fac.block_max, fac.term_max) if prune else ()
         workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
 
         def block(a: int, b: int) -> None:
@@ -360,8 +413,9 @@ class BM25Store:
             local.buf = None  # taken (and dropped below if the kernel fails half-way)
             if buf is None:
                 buf = (np.zeros(self.num_docs), np.empty(self.num_docs, np.int32))
+            work = (np.zeros(3, np.int64),) if prune else ()  # the pruned kernel's counts (not kept)
             kern(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], self.indptr, self.docs,
-                 fac, buf[0], buf[1], mask, k, rows[a:b], scores[a:b])
+                 fac.fac, *bounds, buf[0], buf[1], mask, k, rows[a:b], scores[a:b], *work)
             local.buf = buf
 
         if workers == 1:
@@ -405,122 +459,17 @@ _KERNEL: dict[str, Any] = {}  # compiled code, the same for every store (not sea
 
 
 def _numba(name: str) -> Any:
-    """A numba kernel (``topk``, ``score``), compiled or loaded from numba's cache on first use;
-    ``None`` without numba or with ``HYBRIDRET_NUMBA=0`` (then numpy does the same arithmetic)."""
+    """A numba kernel of :mod:`._bm25_kernels` (``topk``, ``topk_pruned``, ``score``), compiled or
+    loaded from numba's cache on first use; ``None`` without numba or with ``HYBRIDRET_NUMBA=0``
+    (then numpy does the same arithmetic, exhaustively)."""
     if os.environ.get("HYBRIDRET_NUMBA", "1") == "0":
         return None
     if name not in _KERNEL:
         try:
-            import numba
+            from . import _bm25_kernels as kernels
         except ImportError:
             _KERNEL[name] = None
             return None
-        fn = {"topk": _topk_kernel, "score": _score_kernel}[name]
-        try:  # numba's on-disk cache spares the ~1 s compile in later processes
-            _KERNEL[name] = numba.njit(nogil=True, cache=True)(fn)
-        except RuntimeError:  # no writable cache location: compile in memory
-            _KERNEL[name] = numba.njit(nogil=True)(fn)
+        _KERNEL[name] = {"topk": kernels.topk_exhaustive, "topk_pruned": kernels.topk_pruned,
+                         "score": kernels.score}[name]
     return _KERNEL[name]
-
-
-def _score_kernel(qptr, qterm, qw, indptr, docs, fac, rows, out):  # pragma: no cover
-    """out[q, c] = sum over query q's terms (in order) of weight * tf factor of rows[q, c], by binary search."""
-    for q in range(rows.shape[0]):
-        for c in range(rows.shape[1]):
-            r = rows[q, c]
-            if r < 0:
-                continue
-            s = 0.0
-            for j in range(qptr[q], qptr[q + 1]):
-                t = qterm[j]
-                lo = indptr[t]
-                hi = indptr[t + 1]
-                end = hi
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if docs[mid] < r:
-                        lo = mid + 1
-                    else:
-                        hi = mid
-                if lo < end and docs[lo] == r:
-                    s += qw[j] * fac[lo]
-            out[q, c] = s
-
-
-def _topk_kernel(qptr, qterm, qw, indptr, docs, fac, acc, touched, allowed, k, out_rows, out_scores):  # pragma: no cover
-    """Per query: accumulate every posting into a dense score array (float64, term order), then a
-    size-k heap whose root is the worst kept (lower score, or equal score and larger row)."""
-    use_mask = allowed.shape[0] > 0
-    # acc: zeros on entry and on exit; every contribution is > 0, so 0 means "not touched yet"
-    hs = np.empty(k, np.float64)
-    hr = np.empty(k, np.int64)
-    for q in range(qptr.shape[0] - 1):
-        nt = 0
-        for j in range(qptr[q], qptr[q + 1]):
-            t = qterm[j]
-            w = qw[j]
-            for p in range(indptr[t], indptr[t + 1]):
-                d = docs[p]
-                if acc[d] == 0.0:
-                    touched[nt] = d
-                    nt += 1
-                acc[d] += w * fac[p]
-        size = 0
-        for i in range(nt):
-            d = touched[i]
-            s = acc[d]
-            acc[d] = 0.0
-            if s <= 0.0 or (use_mask and not allowed[d]):
-                continue
-            if size < k:  # push and sift up
-                c = size
-                size += 1
-                while c > 0:
-                    par = (c - 1) // 2
-                    if hs[par] < s or (hs[par] == s and hr[par] > d):
-                        break
-                    hs[c] = hs[par]
-                    hr[c] = hr[par]
-                    c = par
-                hs[c] = s
-                hr[c] = d
-            elif s > hs[0] or (s == hs[0] and d < hr[0]):  # replace the root and sift down
-                c = 0
-                while True:
-                    lft = 2 * c + 1
-                    if lft >= size:
-                        break
-                    m = lft
-                    rgt = lft + 1
-                    if rgt < size and (hs[rgt] < hs[lft] or (hs[rgt] == hs[lft] and hr[rgt] > hr[lft])):
-                        m = rgt
-                    if hs[m] < s or (hs[m] == s and hr[m] > d):
-                        hs[c] = hs[m]
-                        hr[c] = hr[m]
-                        c = m
-                    else:
-                        break
-                hs[c] = s
-                hr[c] = d
-        while size > 0:  # pop the worst into the last free slot: best first
-            size -= 1
-            out_scores[q, size] = hs[0]
-            out_rows[q, size] = hr[0]
-            ls, lr = hs[size], hr[size]
-            c = 0
-            while True:
-                lft = 2 * c + 1
-                if lft >= size:
-                    break
-                m = lft
-                rgt = lft + 1
-                if rgt < size and (hs[rgt] < hs[lft] or (hs[rgt] == hs[lft] and hr[rgt] > hr[lft])):
-                    m = rgt
-                if hs[m] < ls or (hs[m] == ls and hr[m] > lr):
-                    hs[c] = hs[m]
-                    hr[c] = hr[m]
-                    c = m
-                else:
-                    break
-            hs[c] = ls
-            hr[c] = lr

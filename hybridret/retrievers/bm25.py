@@ -17,7 +17,8 @@ policy) rewrites them with the store.
 
 What a search derives from the snapshot is kept on it (``Snapshot.cache``), never on the shared
 store: each segment's live statistics under the snapshot's tombstones (:func:`live_stats`, once per
-snapshot) and its tf factors for the ``avgdl`` searched with (:func:`tf_factors`).
+snapshot) and its tf factors with their block maxima (the pruned top-k's bounds) for the ``avgdl``
+searched with (:func:`tf_factors`, computed once per ``avgdl``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..index.bm25 import K1, BM25Store, QueryTerms, SegmentQueries, idf
+from ..index.bm25 import K1, BM25Store, QueryTerms, SegmentQueries, TfFactors, idf
 from ..index.snapshot import Snapshot
 from .base import QueryBatch, Retriever
 
@@ -89,15 +90,16 @@ def live_stats(snap: Snapshot, i: int, part: str = "bm25") -> tuple[int, int, np
 
 
 class _TfSlot:
-    """One segment's tf factors in one snapshot, by ``avgdl``: the snapshot's own statistics give
-    one value; statistics from outside (a coordinator's sum over shards) change with other shards'
-    commits, so the latest :data:`_TF_KEEP` values are kept. Made under a lock, so each once."""
+    """One segment's tf factors (with their block maxima) in one snapshot, by ``avgdl``: the
+    snapshot's own statistics give one value; statistics from outside (a coordinator's sum over
+    shards) change with other shards' commits, so the latest :data:`_TF_KEEP` values are kept. Made
+    under a lock, so each once."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_avgdl: dict[float, np.ndarray] = {}
+        self._by_avgdl: dict[float, TfFactors] = {}
 
-    def get(self, store: BM25Store, avgdl: float) -> np.ndarray:
+    def get(self, store: BM25Store, avgdl: float) -> TfFactors:
         fac = self._by_avgdl.get(avgdl)
         if fac is not None:
             return fac
@@ -110,13 +112,13 @@ class _TfSlot:
             return fac
 
 
-_TF_KEEP = 2  # tf factor arrays (8 bytes per posting each) kept per segment and snapshot
+_TF_KEEP = 2  # tf factors (8 bytes per posting, 1/16 more for the block maxima) kept per segment and snapshot
 
 
-def tf_factors(snap: Snapshot, i: int, avgdl: float, part: str = "bm25") -> np.ndarray:
-    """The tf factors (:meth:`BM25Store.tf_factors`) of segment ``i``'s store under ``avgdl``: the
-    store's own once-made array when ``avgdl`` is its own (one segment, no tombstones), else kept
-    on the snapshot."""
+def tf_factors(snap: Snapshot, i: int, avgdl: float, part: str = "bm25") -> TfFactors:
+    """The tf factors and their maxima (:meth:`BM25Store.tf_factors`) of segment ``i``'s store under
+    ``avgdl``: the store's own once-made ones when ``avgdl`` is its own (one segment, no
+    tombstones), else kept on the snapshot."""
     store = snap.segments[i].part(part)
     if avgdl == store.own_avgdl:
         return store.tf_factors(avgdl)
