@@ -284,3 +284,13 @@ def test_two_shards_equal_one_index(living, tmp_path, ray_cluster):  # noqa: F81
             np.testing.assert_allclose(got.scores, want.scores, rtol=1e-5, atol=1e-6)
     finally:
         searcher.close()
+
+
+def test_info_reports_the_approximate_modes_recall(living, capsys):
+    from hybridret.cli import main
+
+    assert main(["info", str(living.searcher.root), "--sparse-approx", "--sample", "12", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)["sparse_approx"]
+    assert rep["queries"] == 12 and 0.0 <= rep["recall"] <= 1.0 and rep["k"] == 10
+    assert main(["info", str(living.searcher.root), "--sparse-approx", "--sample", "5"]) == 0
+    assert "sparse_approx: recall@10" in capsys.readouterr().out

@@ -20,7 +20,55 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--check", action="store_true",
                    help="verify every file against the checksums written with it, and the values inside "
                         "(reads the whole index; exit 1 when anything is wrong)")
+    p.add_argument("--sparse-approx", action="store_true",
+                   help="measure the recall@10 of method sparse_approx against exact learned sparse on this index "
+                        "(queries: --queries, else stored passages' openings)")
+    p.add_argument("--queries", metavar="FILE", default=None,
+                   help="with --sparse-approx: a queries file (jsonl / BEIR queries.jsonl / tsv)")
+    p.add_argument("--sample", type=int, default=200, metavar="N",
+                   help="with --sparse-approx and no --queries: stored passages used as queries (default: 200)")
     p.set_defaults(run=run)
+
+
+def approx_report(retriever: Any, queries: str | None, sample: int, k: int = 10) -> dict[str, Any]:
+    """Recall@k of ``sparse_approx`` against exact ``sparse`` on real or sampled queries, and both speeds."""
+    import time
+
+    import numpy as np
+
+    from ..errors import ConfigError
+
+    if queries:
+        from ..data import load_queries
+
+        texts = list(load_queries(queries).values())
+        source = queries
+    else:
+        if sample < 1:
+            raise ConfigError(f"--sample must be positive, got {sample}")
+        ids = sorted(retriever.searcher.snapshot.live_ids())
+        rng = np.random.default_rng(0)
+        pick = rng.choice(len(ids), size=min(sample, len(ids)), replace=False) if ids else []
+        docs = retriever.get([ids[int(i)] for i in pick])
+        texts = [" ".join(((d.get("title") or "") + " " + (d.get("text") or "")).split()[:32]) for d in docs]
+        texts = [t for t in texts if t.strip()]
+        source = f"{len(texts)} stored passages (their first 32 words)"
+    if not texts:
+        raise ConfigError("no queries to measure the approximate mode with")
+    out: dict[str, Any] = {"queries": len(texts), "source": source, "k": k}
+    t0 = time.perf_counter()
+    exact = retriever.search(texts, k=k, method="sparse")
+    t1 = time.perf_counter()
+    approx = retriever.search(texts, k=k, method="sparse_approx")
+    t2 = time.perf_counter()
+    hit = tot = 0
+    for e, a in zip(exact.ids.tolist(), approx.ids.tolist()):
+        want = {x for x in e if x}
+        hit += len(want & {x for x in a if x})
+        tot += len(want)
+    out.update(recall=hit / tot if tot else 1.0, exact_ms=1e3 * (t1 - t0) / len(texts),
+               approx_ms=1e3 * (t2 - t1) / len(texts))
+    return out
 
 
 def _value(v: Any) -> str:
@@ -53,6 +101,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"check: {'ok' if not problems else f'{len(problems)} problems'} "
                   f"({len(info.get('segments', []))} segments)")
             return 1 if problems else 0
+    if args.sparse_approx:
+        info["sparse_approx"] = rep = approx_report(retriever, args.queries, args.sample)
+        if not args.json:
+            print(f"sparse_approx: recall@{rep['k']} {rep['recall']:.3f} against exact on {rep['queries']} queries "
+                  f"({rep['source']}); {rep['approx_ms']:.2f} vs {rep['exact_ms']:.2f} ms/query (with encoding)")
+            return 0
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 1 if args.check and info["check"]["problems"] else 0

@@ -33,7 +33,7 @@ proof), then only the ``approx_depth`` best partial sums (50 per 10 results) are
 exactly instead of every survivor, and no remaining list is taken. A touched document with a
 small partial sum but a large remainder can be missed; measured recall@10 0.95-0.997 at 8-10x the
 numpy inverted index on 1M resampled passages (docs/benchmarks.md). Its recall against exact search is measured by :func:`approx_recall`
-(``hybridret check --sparse-approx`` reports it for an index).
+(``hybridret info --sparse-approx`` reports it for an index).
 
 An opened part is read-only; each thread keeps its own scratch buffers (``threading.local``).
 """

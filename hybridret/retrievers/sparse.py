@@ -54,7 +54,7 @@ class SparseRetriever(Retriever):
 class SparseApproxRetriever(SparseRetriever):
     """Approximate learned-sparse top-k (opt-in, never a default): the impact part's top layers
     and exact re-scoring of the best partial sums; its recall against exact search is measured per
-    index by ``hybridret check-approx``."""
+    index by ``hybridret info --sparse-approx``."""
 
     name = "sparse_approx"
     mode = "approx"
