@@ -3,8 +3,8 @@
 | format | kind | reader | part names it serves |
 |---|---|---|---|
 | ``hybridret-dense-v1`` | dense | :class:`~.dense.DenseIndex` (FAISS + exact vectors) | ``dense`` |
-| ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact-layered postings, pruned exact top-k in numba + float forward store; the default) | ``sparse`` |
-| ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy + float forward store; ``sparse_scheme="tfgrid"``) | ``sparse`` |
+| ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact layers, pruned exact top-k; the default) | ``sparse`` |
+| ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy; ``tfgrid``) | ``sparse`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
 | ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
 """
@@ -21,7 +21,8 @@ from ..errors import IndexFormatError
 from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
 from .storage import read_json
 
-__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts", "open_part", "part_type"]
+__all__ = ["BM25_V1", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts", "open_part",
+           "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
 LEARNED_V1 = "hybridret-learned-v1"

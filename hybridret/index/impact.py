@@ -32,8 +32,9 @@ soon as ``R < theta`` (so no document left untouched could enter the top-k: the 
 proof), then only the ``approx_depth`` best partial sums (50 per 10 results) are re-scored
 exactly instead of every survivor, and no remaining list is taken. A touched document with a
 small partial sum but a large remainder can be missed; measured recall@10 0.95-0.997 at 8-10x the
-numpy inverted index on 1M resampled passages (docs/benchmarks.md). Its recall against exact search is measured by :func:`approx_recall`
-(``hybridret info --sparse-approx`` reports it for an index).
+numpy inverted index on 1M resampled passages (docs/benchmarks.md). Its recall against exact
+search is measured by :func:`approx_recall` (``hybridret info --sparse-approx`` reports it for an
+index).
 
 An opened part is read-only; each thread keeps its own scratch buffers (``threading.local``).
 """
