@@ -442,7 +442,7 @@ def test_serve_sharded_index_over_http(ray_cluster, work, local_index, paired_en
             assert info["sharded"] is True and info["commits"] == sharded.commits
             assert [s["name"] for s in info["shards"]] == [shard_name(i) for i in range(3)]
             assert sum(s["num_docs"] for s in info["shards"]) == info["num_docs"] == 150
-            assert info["available"] == {"dense": True, "sparse": True, "bm25": True}
+            assert info["available"] == {"dense": True, "sparse": True, "bm25": True, "sparse_approx": True}
             for method in METHODS:
                 remote = client.search(queries, k=10, method=method)
                 assert remote.method == local_index.search(queries[:1], k=1, method=method).method

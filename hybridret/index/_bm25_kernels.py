@@ -16,7 +16,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from .bm25 import BLOCK
+from ._blocks import BLOCK
 
 __all__ = ["score", "topk_exhaustive", "topk_pruned"]
 

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 FORMAT = "hybridret-bm25-v1"
 K1 = 1.2
 B = 0.75
-BLOCK = 128  # postings per block of a term's list (row order) for the block maxima of TfFactors
+from ._blocks import BLOCK  # noqa: E402 - postings per block of a term's list, shared with the kernels
 
 
 def _fieldnorm_table() -> np.ndarray:
@@ -466,10 +466,9 @@ def _numba(name: str) -> Any:
         return None
     if name not in _KERNEL:
         try:
-            from . import _bm25_kernels as kernels
+            from ._bm25_kernels import score, topk_exhaustive, topk_pruned
         except ImportError:
             _KERNEL[name] = None
             return None
-        _KERNEL[name] = {"topk": kernels.topk_exhaustive, "topk_pruned": kernels.topk_pruned,
-                         "score": kernels.score}[name]
+        _KERNEL[name] = {"topk": topk_exhaustive, "topk_pruned": topk_pruned, "score": score}[name]
     return _KERNEL[name]
