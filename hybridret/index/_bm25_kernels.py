@@ -13,23 +13,18 @@ Compiled with ``cache=True`` (numba's on-disk cache) where a cache location is w
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from ._blocks import BLOCK
+from ._heap import drain as _drain
+from ._heap import jit as _jit
+from ._heap import push as _push
 
 __all__ = ["score", "topk_exhaustive", "topk_pruned"]
 
 EPS = 1e-9  # relative slack of every bound test: float rounding (~1e-15 here) never drops a top-k row
 SMALL = 4096  # queries with fewer postings than this are searched exhaustively (pruning cannot pay)
 GATE = 0.7  # a checkpoint once theta (from the last one) is at least this share of the UBs left
-
-
-def _jit(fn):
-    try:
-        return numba.njit(nogil=True, cache=True)(fn)
-    except RuntimeError:  # no writable cache location: compile in memory
-        return numba.njit(nogil=True)(fn)
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -70,70 +65,6 @@ def _exact(qterm, qw, a, b, indptr, docs, fac, d):  # pragma: no cover
         if p < hi and docs[p] == d:
             s += qw[j] * fac[p]
     return s
-
-
-@_jit
-def _push(hs, hr, size, k, s, d):  # pragma: no cover
-    """Keep ``(s, d)`` in the size-``k`` heap whose root is the worst kept (lower score, or equal
-    score and larger row); returns the new size. Callers test ``_loses`` first (inline: cheap)."""
-    if size < k:  # push and sift up
-        c = size
-        size += 1
-        while c > 0:
-            par = (c - 1) // 2
-            if hs[par] < s or (hs[par] == s and hr[par] > d):
-                break
-            hs[c] = hs[par]
-            hr[c] = hr[par]
-            c = par
-        hs[c] = s
-        hr[c] = d
-        return size
-    c = 0  # replace the root and sift down
-    while True:
-        lft = 2 * c + 1
-        if lft >= size:
-            break
-        m = lft
-        rgt = lft + 1
-        if rgt < size and (hs[rgt] < hs[lft] or (hs[rgt] == hs[lft] and hr[rgt] > hr[lft])):
-            m = rgt
-        if hs[m] < s or (hs[m] == s and hr[m] > d):
-            hs[c] = hs[m]
-            hr[c] = hr[m]
-            c = m
-        else:
-            break
-    hs[c] = s
-    hr[c] = d
-    return size
-
-
-@_jit
-def _drain(hs, hr, size, out_rows, out_scores):  # pragma: no cover
-    """Pop the heap, worst first, into the last free slot: ``out`` best first."""
-    while size > 0:
-        size -= 1
-        out_scores[size] = hs[0]
-        out_rows[size] = hr[0]
-        ls, lr = hs[size], hr[size]
-        c = 0
-        while True:
-            lft = 2 * c + 1
-            if lft >= size:
-                break
-            m = lft
-            rgt = lft + 1
-            if rgt < size and (hs[rgt] < hs[lft] or (hs[rgt] == hs[lft] and hr[rgt] > hr[lft])):
-                m = rgt
-            if hs[m] < ls or (hs[m] == ls and hr[m] > lr):
-                hs[c] = hs[m]
-                hr[c] = hr[m]
-                c = m
-            else:
-                break
-        hs[c] = ls
-        hr[c] = lr
 
 
 @_jit

@@ -5,17 +5,12 @@ or loads numba's on-disk cache)."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import numba
 import numpy as np
 
-
-def _jit(fn: Any) -> Any:
-    try:  # numba's on-disk cache spares the compile in later processes
-        return numba.njit(nogil=True, cache=True)(fn)
-    except RuntimeError:  # pragma: no cover - no writable cache location: compile in memory
-        return numba.njit(nogil=True)(fn)
+from ._heap import drain as _drain
+from ._heap import enters as _enters
+from ._heap import jit as _jit
+from ._heap import push as _push
 
 
 @_jit
@@ -26,82 +21,6 @@ def row_score(d, fptr, fidx, fdat, qbuf):  # pragma: no cover - compiled
     for p in range(fptr[d], fptr[d + 1]):
         s += qbuf[fidx[p]] * fdat[p]
     return s
-
-
-@_jit
-def _worse(hs, hr, i, s, d):  # pragma: no cover - compiled
-    """Is heap entry ``i`` worse than (s, d)? Lower score, or the same score and a larger row."""
-    return hs[i] < s or (hs[i] == s and hr[i] > d)
-
-
-@_jit
-def _push(hs, hr, size, cap, s, d):  # pragma: no cover - compiled
-    """Keep the best ``cap`` (score, row) in a heap whose root is the worst kept; returns the size.
-    Callers skip values that cannot enter before calling (much faster than calling for each)."""
-    if size < cap:
-        c = size
-        size += 1
-        while c > 0:
-            par = (c - 1) // 2
-            if _worse(hs, hr, par, s, d):
-                break
-            hs[c] = hs[par]
-            hr[c] = hr[par]
-            c = par
-        hs[c] = s
-        hr[c] = d
-        return size
-    c = 0
-    while True:
-        lft = 2 * c + 1
-        if lft >= size:
-            break
-        m = lft
-        rgt = lft + 1
-        if rgt < size and _worse(hs, hr, rgt, hs[lft], hr[lft]):
-            m = rgt
-        if _worse(hs, hr, m, s, d):
-            hs[c] = hs[m]
-            hr[c] = hr[m]
-            c = m
-        else:
-            break
-    hs[c] = s
-    hr[c] = d
-    return size
-
-
-@_jit
-def _enters(hs, hr, size, cap, s, d):  # pragma: no cover - compiled
-    return size < cap or s > hs[0] or (s == hs[0] and d < hr[0])
-
-
-@_jit
-def _drain(hs, hr, size, out_rows, out_scores):  # pragma: no cover - compiled
-    """Empty the heap into ``out`` best first."""
-    while size > 0:
-        size -= 1
-        out_scores[size] = hs[0]
-        out_rows[size] = hr[0]
-        ls = hs[size]
-        lr = hr[size]
-        c = 0
-        while True:
-            lft = 2 * c + 1
-            if lft >= size:
-                break
-            m = lft
-            rgt = lft + 1
-            if rgt < size and _worse(hs, hr, rgt, hs[lft], hr[lft]):
-                m = rgt
-            if _worse(hs, hr, m, ls, lr):
-                hs[c] = hs[m]
-                hr[c] = hr[m]
-                c = m
-            else:
-                break
-        hs[c] = ls
-        hr[c] = lr
 
 
 @_jit
@@ -249,11 +168,12 @@ def _take(acc, docs, w, s0, s1, x, allowed, use_mask):  # pragma: no cover - com
 
 
 @_jit
-def search(qptr, qterm, qw, lptr, lmax, L, Luse, docs, w, fptr, fidx, fdat, acc, qbuf, allowed, k, depth,
+def search(qptr, qterm, qw, lptr, lmax, L, docs, w, fptr, fidx, fdat, acc, qbuf, allowed, k, depth,
            rescore_cost, out_rows, out_scores, work):  # pragma: no cover - compiled
     """Top-k per query (see the module docstring of hybridret.index.impact). ``depth == 0``:
     exact (MaxScore over impact layers, then exact scores of the survivors); ``depth > 0``:
-    approximate (layers < ``Luse`` only, the ``depth`` best partial sums re-scored). ``acc`` is
+    approximate (the same stop once no untouched row can enter, then only the ``depth`` best
+    partial sums re-scored). ``acc`` is
     zero on entry and on exit."""
     use_mask = allowed.shape[0] > 0
     exact = depth == 0
@@ -272,9 +192,9 @@ def search(qptr, qterm, qw, lptr, lmax, L, Luse, docs, w, fptr, fidx, fdat, acc,
         m = qptr[q + 1] - a
         if m == 0:
             continue
-        ub = np.empty(m * Luse, np.float64)
-        lj = np.empty(m * Luse, np.int64)
-        ll = np.empty(m * Luse, np.int64)
+        ub = np.empty(m * L, np.float64)
+        lj = np.empty(m * L, np.int64)
+        ll = np.empty(m * L, np.int64)
         rem = np.zeros(m, np.float64)
         cnt = 0
         total = 0
@@ -283,7 +203,7 @@ def search(qptr, qterm, qw, lptr, lmax, L, Luse, docs, w, fptr, fidx, fdat, acc,
             x = qw[a + j]
             qbuf[t] = x
             total += lptr[t * L + L] - lptr[t * L]
-            for lay in range(Luse):
+            for lay in range(L):
                 if lptr[t * L + lay + 1] > lptr[t * L + lay]:
                     ub[cnt] = np.float64(x) * np.float64(lmax[t * L + lay])
                     lj[cnt] = j

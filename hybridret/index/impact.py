@@ -52,7 +52,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ConfigError, IndexFormatError
-from .storage import NpyAppender, atomic_write_json, load_npy, read_json
+from .forward import ForwardStoreBuilder, check_queries
+from .storage import atomic_write_json, load_npy, read_json
 
 __all__ = ["FORMAT", "ImpactIndex", "ImpactIndexBuilder", "ImpactSearchStats", "approx_recall"]
 
@@ -61,7 +62,6 @@ logger = logging.getLogger(__name__)
 FORMAT = "hybridret-impact-v1"
 FRACTIONS = (0.02, 0.10, 0.40, 1.0)  # cumulative share of a term's postings (by weight rank) per layer
 MIN_LAYERED = 64  # terms with fewer postings keep one layer
-APPROX_LAYERS = 4  # layers approx mode may take (all: it stops as soon as no untouched row can enter)
 APPROX_DEPTH = 50  # partial-sum candidates re-scored exactly in approx mode (per k = 10; scaled with k)
 MODES = ("exact", "approx")
 RESCORE_COST = 1.0  # cost of re-scoring one forward-store entry, in postings taken (measured at 30k and 1M)
@@ -83,48 +83,17 @@ class ImpactSearchStats:
         return float(self.postings.sum()) / max(1, int(self.total.sum()))
 
 
-class ImpactIndexBuilder:
+class ImpactIndexBuilder(ForwardStoreBuilder):
     """Streams documents' learned-sparse weights into a new part folder; the layered postings are
     written at :meth:`close` (a counting sort over the forward store, through memory maps, so a
     build's memory stays near the size of one posting copy). Use :meth:`ImpactIndex.create`."""
 
     def __init__(self, root: Path, vocab_size: int, fractions: tuple[float, ...]) -> None:
-        self.root = root
-        self.vocab_size = int(vocab_size)
+        super().__init__(root, vocab_size)
         self.fractions = tuple(float(f) for f in fractions)
-        self.df = np.zeros(self.vocab_size, dtype=np.int64)
-        self.indptr = NpyAppender(root / "forward.indptr.npy", np.int64)
-        self.indptr.append(np.zeros(1, dtype=np.int64))
-        self.indices = NpyAppender(root / "forward.indices.npy", np.int32)
-        self.data = NpyAppender(root / "forward.data.npy", np.float32)
-        self.rows = 0
-        self.nnz = 0
-        self.max_weight = 0.0
-
-    def add(self, weights: sp.csr_matrix) -> None:
-        """Add documents: one CSR row of non-negative, finite term weights each."""
-        w = sp.csr_matrix(weights, dtype=np.float32, copy=True)
-        if w.shape[1] != self.vocab_size:
-            raise ConfigError(f"sparse vectors have {w.shape[1]} columns, the index vocabulary has {self.vocab_size}")
-        w.sum_duplicates()
-        w.eliminate_zeros()
-        w.sort_indices()
-        if w.nnz and not np.isfinite(w.data).all():
-            raise ConfigError("document sparse weights must be finite")
-        if w.nnz and float(w.data.min()) < 0:
-            raise ConfigError("document sparse weights must be non-negative")
-        if w.nnz:
-            self.max_weight = max(self.max_weight, float(w.data.max()))
-        self.df += np.bincount(w.indices, minlength=self.vocab_size)
-        self.indptr.append(w.indptr[1:].astype(np.int64) + self.nnz)
-        self.indices.append(w.indices.astype(np.int32))
-        self.data.append(w.data)
-        self.rows += w.shape[0]
-        self.nnz += w.nnz
 
     def close(self) -> None:
-        for f in (self.indptr, self.indices, self.data):
-            f.close()
+        self.close_forward()
         fptr = load_npy(self.root / "forward.indptr.npy", mmap=False)
         fidx = load_npy(self.root / "forward.indices.npy")
         fdat = load_npy(self.root / "forward.data.npy")
@@ -154,11 +123,10 @@ class ImpactIndexBuilder:
         atomic_write_json(self.root / "meta.json", {
             "format": FORMAT, "num_docs": self.rows, "nnz": self.nnz, "vocab_size": self.vocab_size,
             "layers": L, "fractions": list(self.fractions), "min_layered": MIN_LAYERED,
-            "max_weight": self.max_weight})
+            "max_weight": self.seen_max})
 
     def abort(self) -> None:
-        for f in (self.indptr, self.indices, self.data):
-            f.abort()
+        super().abort()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -227,14 +195,7 @@ class ImpactIndex:
     # -- queries ----------------------------------------------------------------------------------
     def _queries(self, queries: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """CSR of the batch over terms some document has, weights > 0, terms ascending."""
-        q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
-        if q.shape[1] != self.vocab_size:
-            raise ConfigError(f"query vectors have {q.shape[1]} columns, the index vocabulary has {self.vocab_size}")
-        q.sum_duplicates()  # a repeated column counts once, with its summed weight
-        if q.nnz and not np.isfinite(q.data).all():
-            raise ConfigError("sparse query weights must be finite")
-        if q.nnz and float(q.data.min()) < 0:
-            raise ConfigError("sparse query weights must be non-negative for an exact top-k")
+        q = check_queries(queries, self.vocab_size)
         q.sort_indices()
         keep = (q.data > 0) & (self.df[q.indices] > 0)
         owner = np.repeat(np.arange(q.shape[0]), np.diff(q.indptr))
@@ -286,7 +247,6 @@ class ImpactIndex:
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
         work = np.zeros((nq, 3), dtype=np.int64)
         if nq and len(terms) and self.num_docs:
-            layers = self.layers if mode == "exact" else min(APPROX_LAYERS, self.layers)
             depth = 0 if mode == "exact" else int(approx_depth or max(APPROX_DEPTH, APPROX_DEPTH * k // 10))
             kern = _kernels().search
             workers = max(1, min(nq // 4, threads if threads is not None else (os.cpu_count() or 1)))
@@ -294,7 +254,7 @@ class ImpactIndex:
             def block(a: int, b: int) -> None:
                 acc, qbuf = self._buffers()
                 kern(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], self.lptr, self.lmax,
-                     self.layers, layers, self.docs, self.w, self._fptr, self._fidx, self._fdat, acc, qbuf,
+                     self.layers, self.docs, self.w, self._fptr, self._fidx, self._fdat, acc, qbuf,
                      mask, k, depth, RESCORE_COST, rows[a:b], scores[a:b], work[a:b])
                 self._scratch.buf = (acc, qbuf)
 
@@ -312,21 +272,21 @@ class ImpactIndex:
 
     def search_exhaustive(self, queries: Any, k: int, *, allowed: np.ndarray | None = None
                           ) -> tuple[np.ndarray, np.ndarray]:
-        """The same exact top-k by scoring every document (scipy), for checks and benchmarks."""
+        """The same exact top-k by scoring every matching row (rows found with one scipy product,
+        scored by :meth:`score`), for checks and benchmarks."""
         ptr, terms, weights = self._queries(queries)
         q = sp.csr_matrix((weights, terms, ptr), shape=(len(ptr) - 1, self.vocab_size))
-        scores = np.asarray((self.forward @ q.T).todense(), dtype=np.float32).T
-        if allowed is not None:
-            scores[:, ~np.asarray(allowed, dtype=bool)] = 0.0
-        rows = np.full((scores.shape[0], k), -1, dtype=np.int64)
-        out = np.full((scores.shape[0], k), -np.inf, dtype=np.float32)
-        for i in range(scores.shape[0]):
-            cand = np.flatnonzero(scores[i] > 0)
-            order = cand[np.lexsort((cand, -scores[i, cand]))][:k]
-            exact = self.score(q[i], order[None, :])[0] if len(order) else np.zeros(0, np.float32)
-            order = order[np.lexsort((order, -exact))]
-            rows[i, :len(order)] = order
-            out[i, :len(order)] = np.sort(exact)[::-1]
+        hit = (self.forward @ q.T).T.tocsr()  # (nq, n): the rows each query matches
+        rows = np.full((q.shape[0], k), -1, dtype=np.int64)
+        out = np.full((q.shape[0], k), -np.inf, dtype=np.float32)
+        for i in range(q.shape[0]):
+            cand = hit.indices[hit.indptr[i]:hit.indptr[i + 1]].astype(np.int64)
+            if allowed is not None:
+                cand = cand[np.asarray(allowed, dtype=bool)[cand]]
+            exact = self.score(q[i], cand[None, :])[0]
+            cand, exact = cand[exact > 0], exact[exact > 0]
+            order = np.lexsort((cand, -exact))[:k]
+            rows[i, :len(order)], out[i, :len(order)] = cand[order], exact[order]
         return rows, out
 
 

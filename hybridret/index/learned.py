@@ -43,7 +43,8 @@ import scipy.sparse as sp
 from ..errors import ConfigError, IndexFormatError
 from ._tantivy import SparseSearchStats, run_queries
 from ._tantivy import open_tantivy as _open_tantivy
-from .storage import NpyAppender, atomic_write_json, load_npy, read_json
+from .forward import ForwardStoreBuilder, check_queries
+from .storage import atomic_write_json, load_npy, read_json
 
 __all__ = ["LearnedIndex", "LearnedIndexBuilder", "SparseSearchStats", "fieldnorm_table"]
 
@@ -115,48 +116,18 @@ def _levels_of(w: np.ndarray, grid: np.ndarray, rounding: str) -> tuple[np.ndarr
     return tf.astype(np.int64), excess
 
 
-class LearnedIndexBuilder:
+class LearnedIndexBuilder(ForwardStoreBuilder):
     """Streams documents' learned-sparse weights into a new index directory; the tantivy part is
     written at :meth:`close`, when the segment's largest weight and longest document are known.
     Use :meth:`LearnedIndex.create`."""
 
     def __init__(self, root: Path, vocab_size: int, *, levels: int, fillers_per_doc: int, rounding: str,
                  max_weight: float | None, heap_size: int) -> None:
-        self.root = root
-        self.vocab_size = int(vocab_size)
+        super().__init__(root, vocab_size)
         self.levels, self.r, self.rounding = int(levels), int(fillers_per_doc), rounding
         self.max_weight = max_weight
         self.heap_size = int(heap_size)
-        self.df = np.zeros(self.vocab_size, dtype=np.int64)
-        self.indptr = NpyAppender(root / "forward.indptr.npy", np.int64)
-        self.indptr.append(np.zeros(1, dtype=np.int64))
-        self.indices = NpyAppender(root / "forward.indices.npy", np.int32)
-        self.data = NpyAppender(root / "forward.data.npy", np.float32)
-        self.rows = 0
-        self.nnz = 0
-        self.seen_max = 0.0
         self.build_seconds: dict[str, float] = {}
-
-    def add(self, weights: sp.csr_matrix) -> None:
-        """Add documents: one CSR row of non-negative term weights each."""
-        w = sp.csr_matrix(weights, dtype=np.float32, copy=True)
-        if w.shape[1] != self.vocab_size:
-            raise ConfigError(f"sparse vectors have {w.shape[1]} columns, the index vocabulary has {self.vocab_size}")
-        w.sum_duplicates()
-        w.eliminate_zeros()
-        w.sort_indices()
-        if w.nnz and float(w.data.min()) < 0:
-            raise ConfigError("document sparse weights must be non-negative")
-        if w.nnz and not np.isfinite(w.data).all():
-            raise ConfigError("document sparse weights must be finite")
-        if w.nnz:
-            self.seen_max = max(self.seen_max, float(w.data.max()))
-        self.df += np.bincount(w.indices, minlength=self.vocab_size)
-        self.indptr.append(w.indptr[1:].astype(np.int64) + self.nnz)
-        self.indices.append(w.indices)
-        self.data.append(w.data)
-        self.rows += w.shape[0]
-        self.nnz += w.nnz
 
     def _plan(self, indptr: np.ndarray, data: np.ndarray, W: float) -> tuple[_Layout, np.ndarray]:
         """Fix P (smallest fieldnorm value holding every document's tokens) and the grid on it."""
@@ -183,8 +154,7 @@ class LearnedIndexBuilder:
         """Finish the forward store, write tantivy (real documents, then fillers) and ``meta.json``."""
         import tantivy
 
-        for f in (self.indptr, self.indices, self.data):
-            f.close()
+        self.close_forward()
         t0 = time.perf_counter()
         indptr = load_npy(self.root / "forward.indptr.npy", mmap=False)
         indices = load_npy(self.root / "forward.indices.npy")
@@ -252,10 +222,6 @@ class LearnedIndexBuilder:
         if self.rounding == "up" and np.any(slack):
             logger.warning("%d terms have weights above max_weight=%g; exactness holds but searches may fetch deeper",
                            int(np.count_nonzero(slack)), W)
-
-    def abort(self) -> None:
-        for f in (self.indptr, self.indices, self.data):
-            f.abort()
 
 
 def _schema() -> Any:
@@ -439,7 +405,7 @@ class LearnedIndex:
     # -- search -------------------------------------------------------------------------------
     def score(self, queries: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
         """Exact dot products of each query with the documents ``rows[i]`` (``-1`` = none -> 0)."""
-        q = _prepare(queries, self.vocab_size)
+        q = check_queries(queries, self.vocab_size)
         rows = np.asarray(rows, dtype=np.int64)
         out = np.zeros(rows.shape, dtype=np.float32)
         buf = self._buffer()  # this call's own
@@ -520,7 +486,7 @@ class LearnedIndex:
         """
         if k < 1:
             raise ConfigError(f"k must be positive, got {k}")
-        q = _prepare(queries, self.vocab_size)
+        q = check_queries(queries, self.vocab_size)
         if allowed is not None:
             allowed = np.asarray(allowed, dtype=bool)
             if allowed.shape != (self.num_docs,):
@@ -580,7 +546,7 @@ def exhaustive_topk(forward: sp.csr_matrix, inverted: sp.csr_matrix | None, quer
     only the query terms' postings) when given, else through the forward rows."""
     if k < 1:
         raise ConfigError(f"k must be positive, got {k}")
-    q = _prepare(queries, forward.shape[1])
+    q = check_queries(queries, forward.shape[1])
     if inverted is not None:
         scores = np.asarray((q @ inverted).todense(), dtype=np.float32)  # (nq, n)
     else:
@@ -592,18 +558,6 @@ def exhaustive_topk(forward: sp.csr_matrix, inverted: sp.csr_matrix | None, quer
     for i in range(scores.shape[0]):
         rows[i], out[i] = _top(scores[i], k)
     return rows, out
-
-
-def _prepare(queries: sp.csr_matrix, vocab_size: int) -> sp.csr_matrix:
-    q = sp.csr_matrix(queries, dtype=np.float32, copy=True)
-    if q.shape[1] != vocab_size:
-        raise ConfigError(f"query vectors have {q.shape[1]} columns, the index vocabulary has {vocab_size}")
-    q.sum_duplicates()  # a repeated column counts once, with its summed weight
-    if q.nnz and float(q.data.min()) < 0:
-        raise ConfigError("sparse query weights must be non-negative for an exact top-k")
-    if q.nnz and not np.isfinite(q.data).all():
-        raise ConfigError("sparse query weights must be finite")
-    return q
 
 
 def _top(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
