@@ -226,21 +226,43 @@ class Client:
         return self._request("GET", "/documents?" + urlencode([("ids", i) for i in ids]))["documents"]
 
     # -- writes (each answered after its commit) --
-    def add(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-        """Add documents (``{"id", "text", "title"?, "metadata"?}``); an existing id is an error."""
-        return self._request("POST", "/documents", {"documents": list(documents)})
+    def add(self, documents: Iterable[Mapping[str, Any]], *, ttl: float | None = None) -> dict[str, Any]:
+        """Add documents (``{"id", "text", "title"?, "metadata"?}``); an existing id is an error.
+        ``ttl``: documents without an ``expires_at`` expire that many seconds from now."""
+        body: dict[str, Any] = {"documents": list(documents)}
+        if ttl is not None:
+            body["ttl"] = ttl
+        return self._request("POST", "/documents", body)
 
-    def upsert(self, documents: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-        """Add documents or replace those with the same ids."""
-        return self._request("POST", "/documents", {"documents": list(documents), "upsert": True})
+    def upsert(self, documents: Iterable[Mapping[str, Any]], *, ttl: float | None = None) -> dict[str, Any]:
+        """Add documents or replace those with the same ids (``ttl`` as in :meth:`add`)."""
+        body: dict[str, Any] = {"documents": list(documents), "upsert": True}
+        if ttl is not None:
+            body["ttl"] = ttl
+        return self._request("POST", "/documents", body)
 
-    def delete(self, ids: Iterable[str] | str, *, missing: str = "error") -> dict[str, Any]:
-        """Delete by id; unknown ids raise :class:`DocumentNotFoundError` (nothing deleted) unless
-        ``missing="ignore"``."""
+    def delete(self, ids: Iterable[str] | str | None = None, *, filter: Mapping[str, Any] | str | None = None,
+               missing: str = "error", dry_run: bool = False) -> dict[str, Any]:
+        """Delete by id (a chunked document's id deletes its chunks), or every document matching
+        ``filter``, in one commit; ``["deleted"]`` is the count. Unknown ids raise
+        :class:`DocumentNotFoundError` (nothing deleted) unless ``missing="ignore"``.
+        ``dry_run``: nothing is deleted; ``["matched"]`` lists the ids that would be."""
         if missing not in ("error", "ignore"):
             raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
-        ids = [ids] if isinstance(ids, str) else list(ids)
-        return self._request("DELETE", "/documents", {"ids": ids, "ignore_missing": missing == "ignore"})
+        if (ids is None) == (filter is None):
+            raise ConfigError("delete needs ids or a filter (one of them, not both)")
+        body: dict[str, Any] = {"ignore_missing": missing == "ignore"}
+        if ids is not None:
+            body["ids"] = [ids] if isinstance(ids, str) else list(ids)
+        else:
+            body["filter"] = filter if isinstance(filter, str) else dict(filter)
+        if dry_run:
+            body["dry_run"] = True
+        return self._request("DELETE", "/documents", body)
+
+    def purge(self) -> dict[str, Any]:
+        """Delete the documents whose ``expires_at`` has passed (one commit)."""
+        return self._request("POST", "/purge")
 
     def compact(self) -> dict[str, Any]:
         return self._request("POST", "/compact")

@@ -28,10 +28,12 @@ from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
 from .encoders.reps import REPRESENTATIONS, encode, rep_spec, stack_rows, take_rows
 from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError
+from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, parse_expiry
 from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, commit, names, new_segment, read_manifest
 from .index.metadata import MetadataError, check_metadata
+from .index.parents import chunk_rows
 from .index.parts import PART_TYPES, TEXT, PartSpec
 from .index.segment import SEGMENT_FILE, SegmentWriter, text_key
 from .index.snapshot import Snapshot, open_snapshot
@@ -45,7 +47,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "impact", "sparse_bits": 6,
     "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
 }
-_BODY_KEYS = ("fusion", "fusion_tuned_on", "source")  # carried from commit to commit
+_BODY_KEYS = ("fusion", "fusion_tuned_on", "source", "chunking")  # carried from commit to commit
 _DOC_KEYS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
 COMPACT_CHUNK = 4096
 
@@ -71,7 +73,9 @@ class Layout:
 
 @dataclass
 class WriteResult:
-    """What one write did. ``missing``: ids given to delete that were not in the index."""
+    """What one write did, counted in rows (chunks, for a chunked index). ``missing``: ids given to
+    delete that were not in the index; ``deleted`` also counts chunks an upsert left behind, and the
+    expired documents a compaction dropped."""
 
     added: int = 0
     updated: int = 0
@@ -80,6 +84,7 @@ class WriteResult:
     skipped_empty: int = 0
     encoded: int = 0  # documents that went through the encoder (the rest reused stored encodings)
     missing: list[str] = field(default_factory=list)
+    matched: list[str] | None = None  # a dry-run delete: the ids it would delete
     commit: int | None = None  # the commit number written, None when nothing changed
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,6 +152,11 @@ def as_document(item: Any, position: int, *, allow_bare: bool = False) -> Docume
         meta = check_metadata(meta)
     except MetadataError as exc:
         raise CorpusFormatError(f"{where} ({doc_id!r}): {exc}", field=exc.field or "metadata") from None
+    if EXPIRES_AT in meta:
+        try:
+            parse_expiry(meta[EXPIRES_AT])
+        except ExpiryError as exc:
+            raise CorpusFormatError(f"{where} ({doc_id!r}): {exc}", field=EXPIRES_AT) from None
     return Document(id=doc_id, text=text, title=title, metadata=meta)
 
 
@@ -156,8 +166,9 @@ class IndexWriter:
 
     def __init__(self, root: str | Path, *, encoder: Encoder | Callable[[], Encoder] | None = None,
                  encoder_config: dict[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
-                 device: str | None = None) -> None:
+                 device: str | None = None, clock: Clock | None = None) -> None:
         self.root = Path(root)
+        self.clock = check_clock(clock)  # "now" for expiry and ttl=
         self.device = device
         self._encoder = encoder if isinstance(encoder, Encoder) else None
         self._encoder_factory = None if isinstance(encoder, Encoder) else encoder
@@ -249,9 +260,15 @@ class IndexWriter:
     # -- writes ---------------------------------------------------------------------------------
     def write(self, documents: Iterable[Any], *, mode: str, batch_size: int = 32, chunk_size: int = 1024,
               encode_cache: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
-              reuse: Mapping[str, Any] | None = None, source: Mapping[str, Any] | None = None) -> WriteResult:
+              reuse: Mapping[str, Any] | None = None, source: Mapping[str, Any] | None = None,
+              chunk_tokens: int | None = None, chunk_overlap: int | None = None,
+              ttl: float | None = None) -> WriteResult:
         """``mode``: ``"build"`` (replace everything with ``documents``), ``"add"`` (new ids only) or
-        ``"upsert"`` (add or replace by id)."""
+        ``"upsert"`` (add or replace by id). ``chunk_tokens`` / ``chunk_overlap``: cut each document
+        into chunks (:mod:`hybridret.chunking`); ``None``: as the index was built (a build records
+        them), ``0``: no chunking. A document's chunks are replaced together: chunks that vanished
+        are deleted, unchanged ones kept, and only chunks whose text is new are encoded. ``ttl``
+        (seconds): documents without an ``expires_at`` expire that long after this write."""
         from tqdm.auto import tqdm
 
         from .encoders._hf import progress_enabled
@@ -261,12 +278,18 @@ class IndexWriter:
         for name, v in (("chunk_size", chunk_size), ("batch_size", batch_size)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0
+                                or ttl == float("inf")):
+            raise ConfigError(f"ttl must be a positive number of seconds, got {ttl!r}")
         if documents is None or not hasattr(documents, "__iter__"):
             raise CorpusFormatError(f"documents must be an iterable of documents, got {type(documents).__name__}")
         if isinstance(documents, (str, bytes, Mapping, Document)):
             raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
                                     f"(id, text) tuples), not a single {type(documents).__name__}")
+        spec = self._chunk_spec(mode, chunk_tokens, chunk_overlap)
         snap = None if mode == "build" else self.snapshot(reuse)
+        now = self.clock()
+        live_now = snap.at(now) if snap is not None else None
         new = mode == "build" or self.manifest is None
         layout = self._layout(new)
         if new:
@@ -274,6 +297,11 @@ class IndexWriter:
         else:
             given = self._encoder.config() if self._encoder is not None else self.given_config
             self._check_encoder(given)
+        chunker = None
+        if spec is not None:
+            from .chunking import Chunker
+
+            chunker = Chunker(spec.tokens, spec.overlap, encoder=self._get_encoder())
         cache = None
         if encode_cache is not None:
             from .encoders.cache import EncodingCache
@@ -285,35 +313,56 @@ class IndexWriter:
         writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
         result = WriteResult()
         replaced: dict[int, list[int]] = {}
+
+        def tombstone(row: int) -> None:
+            s, local = snap.locate(np.array([row]))  # type: ignore[union-attr]
+            replaced.setdefault(int(s[0]), []).append(int(local[0]))
+
         bar = tqdm(total=total, desc={"build": "indexing", "add": "adding", "upsert": "upserting"}[mode], unit="doc",
                    disable=not progress_enabled(show_progress, total or chunk_size + 1, chunk_size))
         self._truncated_before = None  # the encoder's counts when this write first encodes
         try:
             seen: set[str] = set()
             position = 0
-            for chunk in iter_batches(documents, chunk_size):
+            for group in iter_batches(documents, chunk_size):
                 batch: list[Document] = []
                 old_rows: list[int | None] = []
-                for item in chunk:
+                sources: list[int | None] = []  # the row whose stored encoding may serve (same text)
+                for item in group:
                     doc = as_document(item, position, allow_bare=mode == "build")
                     position += 1
                     if not doc.full_text.strip():
                         result.skipped_empty += 1
                         continue
-                    if doc.id in seen:
-                        raise CorpusFormatError(f"duplicate document id {doc.id!r}", field="id")
-                    seen.add(doc.id)
-                    old = snap.row_of(doc.id) if snap is not None else None
-                    if old is not None and mode == "add":
+                    if ttl is not None and doc.metadata.get(EXPIRES_AT) is None:
+                        doc.metadata[EXPIRES_AT] = round(now + float(ttl), 3)
+                    units, previous = self._units(doc, chunker, snap)
+                    if mode == "add" and live_now is not None and (
+                            any(live_now.row_of(u.id) is not None for u in units) or
+                            any(live_now.row_of(str(snap.ids[r])) is not None for r in previous)):  # type: ignore[union-attr]
                         raise IndexExistsError(f"document {doc.id!r} is already in the index at {self.root}; "
                                                "use upsert (CLI: --upsert) to replace it")
-                    if old is not None and _unchanged(snap, old, doc):  # type: ignore[arg-type]
-                        result.unchanged += 1
-                        continue
-                    batch.append(doc)
-                    old_rows.append(old)
+                    by_key = {snap.segments[int(s)].key_of(int(r)): g  # type: ignore[union-attr]
+                              for g, s, r in zip(previous, *snap.locate(np.asarray(previous, dtype=np.int64)))
+                              } if previous else {}
+                    kept = {u.id for u in units}
+                    for r in previous:
+                        if str(snap.ids[r]) not in kept:  # type: ignore[union-attr]
+                            tombstone(r)  # a chunk that vanished, or the document before it was chunked
+                            result.deleted += 1
+                    for unit in units:
+                        if unit.id in seen:
+                            raise CorpusFormatError(f"duplicate document id {unit.id!r}", field="id")
+                        seen.add(unit.id)
+                        old = snap.row_of(unit.id) if snap is not None else None
+                        if old is not None and _unchanged(snap, old, unit):  # type: ignore[arg-type]
+                            result.unchanged += 1
+                            continue
+                        batch.append(unit)
+                        old_rows.append(old)
+                        sources.append(by_key.get(text_key(unit.full_text), old))
                 if batch:
-                    enc, n_encoded = self._encode(batch, old_rows, snap, cache, batch_size, layout)
+                    enc, n_encoded = self._encode(batch, sources, snap, cache, batch_size, layout)
                     result.encoded += n_encoded
                     writer.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch],
                                [d.full_text for d in batch], [d.metadata for d in batch], enc,
@@ -323,28 +372,31 @@ class IndexWriter:
                             result.added += 1
                         else:
                             result.updated += 1
-                            s, local = snap.locate(np.array([old]))  # type: ignore[union-attr]
-                            replaced.setdefault(int(s[0]), []).append(int(local[0]))
-                bar.update(len(chunk))
+                            tombstone(old)
+                bar.update(len(group))
             bar.close()
             result.skipped_empty += int(getattr(documents, "skipped_empty", 0) or 0)  # a CorpusReader's own count
             if mode == "build" and writer.count == 0:
                 raise CorpusFormatError("no documents to index (the input was empty or every document was blank)")
             self._warn_truncated(writer.count)
-            if writer.count == 0 and not replaced:
+            if writer.count == 0:
                 writer.abort()
-                logger.info("nothing to write: %d unchanged, %d blank", result.unchanged, result.skipped_empty)
-                return result
-            writer.close()
+                if not replaced:
+                    logger.info("nothing to write: %d unchanged, %d blank", result.unchanged, result.skipped_empty)
+                    return result
+            else:
+                writer.close()
         except BaseException:
             bar.close()
             writer.abort()
             raise
         segments = [] if mode == "build" else self._with_tombstones(snap, replaced)
-        segments.append({"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0})
+        if writer.count:
+            segments.append({"name": seg_dir.name, "num_docs": writer.count, "deleted": None, "num_deleted": 0})
         extra: dict[str, Any] = {}
         if mode == "build":
             extra["skipped_empty"] = result.skipped_empty
+            extra["chunking"] = spec.to_dict() if spec is not None else None
             if self.manifest is not None:  # a rebuild keeps nothing of the old index but its location
                 self.manifest = {"commit": self.manifest.get("commit", 0)}
         else:
@@ -354,15 +406,42 @@ class IndexWriter:
         try:
             result.commit = self._commit(segments, extra, layout)
         except BaseException:  # e.g. a full disk while writing the manifest: the old state stays
-            if not names(self.root, seg_dir.name):  # never remove what a commit already names
+            if writer.count and not names(self.root, seg_dir.name):  # never remove what a commit already names
                 shutil.rmtree(seg_dir, ignore_errors=True)
             raise
         if cache is not None:
             logger.info("encoding cache %s: %d documents reused, %d encoded (%.0f MB; remove it when done)",
                         cache.root, cache.hits, cache.misses, cache.nbytes() / 1e6)
-        logger.info("%s: %d added, %d updated, %d unchanged, %d blank skipped (commit %d)", mode, result.added,
-                    result.updated, result.unchanged, result.skipped_empty, result.commit)
+        logger.info("%s: %d added, %d updated, %d unchanged, %d deleted, %d blank skipped (commit %d)", mode,
+                    result.added, result.updated, result.unchanged, result.deleted, result.skipped_empty,
+                    result.commit)
         return result
+
+    def _chunk_spec(self, mode: str, tokens: int | None, overlap: int | None) -> Any:
+        """The chunking of this write: given, or as the index records it (``None``: none)."""
+        from .chunking import ChunkSpec
+
+        if tokens is None:
+            if overlap is not None:
+                raise ConfigError("chunk_overlap needs chunk_tokens")
+            stored = (self.manifest or {}).get("chunking") if mode != "build" else None
+            return ChunkSpec.from_dict(stored) if stored else None
+        if tokens == 0 and not isinstance(tokens, bool):
+            return None
+        return ChunkSpec(tokens, 0 if overlap is None else overlap)
+
+    @staticmethod
+    def _units(doc: Document, chunker: Any, snap: Snapshot | None) -> tuple[list[Document], list[int]]:
+        """What ``doc`` is written as (itself, or its chunks), and the live rows it replaces that
+        are not its own ids: its chunks (by ``parent_id``) and, when chunked, itself unchunked."""
+        units = [doc] if chunker is None else chunker.chunk(doc)
+        if snap is None:
+            return units, []
+        previous = chunk_rows(snap, doc.id)
+        whole = snap.row_of(doc.id) if chunker is not None else None
+        if whole is not None and whole not in previous:
+            previous.append(whole)
+        return units, previous
 
     def _check_encoder(self, given: dict[str, Any] | None) -> None:
         from .encoders import compare_configs
@@ -376,7 +455,8 @@ class IndexWriter:
     def _encode(self, batch: list[Document], old_rows: list[int | None], snap: Snapshot | None, cache: Any,
                 batch_size: int, layout: Layout) -> tuple[EncodedBatch, int]:
         """Encodings of ``batch``, each representation the parts are built from: stored values where
-        an upsert leaves the text unchanged, then the cache, then the encoder for the rest."""
+        ``old_rows`` names a row of the same text (the same id, or another chunk of the same
+        document), then the cache, then the encoder for the rest."""
         n = len(batch)
         names = layout.sources()
         texts = [d.full_text for d in batch]
@@ -434,44 +514,87 @@ class IndexWriter:
             out.append(entry)
         return out
 
-    def delete(self, ids: Iterable[str], *, missing: str = "error", reuse: Mapping[str, Any] | None = None
-               ) -> WriteResult:
-        """Tombstone documents by id. ``missing="error"`` (default) refuses the whole call when an
-        id is unknown (nothing is deleted); ``"ignore"`` deletes the rest and lists them in the result."""
+    def delete(self, ids: Iterable[str] | None = None, *, filter: Any = None, missing: str = "error",
+               dry_run: bool = False, reuse: Mapping[str, Any] | None = None) -> WriteResult:
+        """Tombstone documents by id, or every document matching ``filter`` (the syntax of
+        :mod:`hybridret.filters`), in one commit; ``result.deleted`` counts the rows deleted. An id
+        also deletes the chunks of that document (``id#0``, ``id#1``, ...; see
+        :mod:`hybridret.chunking`). ``missing="error"`` (default) refuses the whole call when an id
+        is unknown (nothing is deleted); ``"ignore"`` deletes the rest and lists them in the result.
+        ``dry_run``: commit nothing; ``result.deleted`` and ``result.matched`` (the ids) say what
+        would go. Expired documents still in the index are deleted like the others."""
         if missing not in ("error", "ignore"):
             raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
-        if isinstance(ids, (str, int)) and not isinstance(ids, bool):
-            ids = [ids]
-        if ids is None or isinstance(ids, (bytes, Mapping)) or not hasattr(ids, "__iter__"):
-            raise ConfigError(f"ids must be a list of document ids, got {type(ids).__name__}")
-        checked = []
-        for i in ids:
-            if isinstance(i, bool) or not isinstance(i, (str, int)):
-                raise ConfigError(f"document ids are strings or integers, got {i!r}")
-            checked.append(str(i))
-        ids = list(dict.fromkeys(checked))
+        if (ids is None) == (filter is None):
+            raise ConfigError("delete needs ids or a filter (one of them, not both)")
         result = WriteResult()
         snap = self.snapshot(reuse)
-        if snap is None:
-            result.missing = ids
+        if filter is not None:
+            rows = self._matching(snap, filter)
         else:
-            rows = [snap.row_of(i) for i in ids]
-            result.missing = [i for i, r in zip(ids, rows) if r is None]
-        if result.missing and missing == "error":
-            shown = ", ".join(repr(i) for i in result.missing[:10]) + (" ..." if len(result.missing) > 10 else "")
-            raise DocumentNotFoundError(f"{len(result.missing)} of {len(ids)} ids are not in the index at "
-                                        f"{self.root}: {shown}; nothing was deleted", result.missing)
-        present = [r for r in rows if r is not None] if snap is not None else []
-        if not present:
+            ids = _check_ids(ids)
+            rows = []
+            for i in ids:
+                found = self._rows_of(snap, i)
+                if not found:
+                    result.missing.append(i)
+                rows += found
+            if result.missing and missing == "error":
+                shown = ", ".join(repr(i) for i in result.missing[:10]) + (" ..." if len(result.missing) > 10 else "")
+                raise DocumentNotFoundError(f"{len(result.missing)} of {len(ids)} ids are not in the index at "
+                                            f"{self.root}: {shown}; nothing was deleted", result.missing)
+        rows = sorted(set(rows))
+        if dry_run:
+            result.deleted = len(rows)
+            result.matched = [str(snap.ids[r]) for r in rows] if snap is not None else []
             return result
-        seg, local = snap.locate(np.asarray(present))  # type: ignore[union-attr]
+        return self._tombstone(snap, rows, result, "deleted")
+
+    def purge(self, *, reuse: Mapping[str, Any] | None = None) -> WriteResult:
+        """Tombstone every document expired by now (``expires_at``), in one commit (searches never
+        return them anyway; this makes the counts say so, and ``compact`` frees their space)."""
+        snap = self.snapshot(reuse)
+        if snap is None:
+            return WriteResult()
+        rows = [int(snap.offsets[i]) + r for i, local in enumerate(snap.expired(self.clock())) for r in local.tolist()]
+        return self._tombstone(snap, rows, WriteResult(), "purged expired")
+
+    @staticmethod
+    def _rows_of(snap: Snapshot | None, doc_id: str) -> list[int]:
+        """Live rows of id ``doc_id``: the document itself and its chunks."""
+        if snap is None:
+            return []
+        row = snap.row_of(doc_id)
+        return ([row] if row is not None else []) + chunk_rows(snap, doc_id)
+
+    @staticmethod
+    def _matching(snap: Snapshot | None, filter: Any) -> list[int]:
+        """Live rows matching ``filter``."""
+        from .filters import parse_filter
+
+        filt = parse_filter(filter)
+        if snap is None or filt is None:
+            return []
+        out: list[int] = []
+        for i, seg in enumerate(snap.segments):
+            mask = filt.mask(seg.columns)
+            if snap.live[i] is not None:
+                mask = mask & snap.live[i]
+            out.extend((np.flatnonzero(mask) + int(snap.offsets[i])).tolist())
+        return out
+
+    def _tombstone(self, snap: Snapshot | None, rows: list[int], result: WriteResult, what: str) -> WriteResult:
+        """Commit tombstones for global ``rows`` (nothing when there are none)."""
+        if not rows or snap is None:
+            return result
+        seg, local = snap.locate(np.asarray(rows, dtype=np.int64))
         dead: dict[int, list[int]] = {}
         for s, r in zip(seg.tolist(), local.tolist()):
             dead.setdefault(s, []).append(r)
         segments = self._with_tombstones(snap, dead)
-        result.deleted = len(present)
+        result.deleted = len(rows)
         result.commit = self._commit(segments, {}, self._layout())
-        logger.info("deleted %d documents (commit %d)", result.deleted, result.commit)
+        logger.info("%s %d documents (commit %d)", what, result.deleted, result.commit)
         return result
 
     def compact(self, *, reuse: Mapping[str, Any] | None = None, show_progress: bool | None = None,
@@ -479,8 +602,10 @@ class IndexWriter:
         """Merge every segment into one and drop tombstoned documents, re-encoding nothing. BM25
         statistics then equal those of a fresh build of the live documents. ``migrate`` switches the
         index to the current sparse format (``sparse_scheme="impact"``) and rewrites even a single
-        segment that is in an older one."""
+        segment that is in an older one. Documents expired by now (``expires_at``) are dropped too,
+        and counted in ``deleted``."""
         snap = self.snapshot(reuse)
+        snap = snap.at(self.clock()) if snap is not None else None
         stale = switched = False
         if migrate:
             switched = self.settings["sparse_scheme"] != DEFAULT_SETTINGS["sparse_scheme"]
@@ -502,7 +627,7 @@ class IndexWriter:
             return None
         if self.settings["bm25"] and not self.settings["store_text"]:
             return None  # BM25 cannot be rebuilt without the texts: segments stay as they are
-        snap = self.snapshot(reuse)
+        snap = self.snapshot(reuse).at(self.clock())  # type: ignore[union-attr]  # expired rows are not merged
         sizes = [s.num_docs - len(d) for s, d in zip(snap.segments, snap.deleted)]  # type: ignore[union-attr]
         n_merge = len(sizes) - limit + 1
         chosen = sorted(sorted(range(len(sizes)), key=lambda i: (sizes[i], i))[:n_merge])
@@ -566,6 +691,20 @@ class IndexWriter:
         logger.info("%s %d segments into %d (%d documents, %d tombstones dropped); %d segments now", what,
                     len(chosen), 1 if writer.count else 0, writer.count, result.deleted, len(entries))
         return result
+
+
+def _check_ids(ids: Any) -> list[str]:
+    """Document ids given to delete, validated and deduplicated (one id alone is accepted)."""
+    if isinstance(ids, (str, int)) and not isinstance(ids, bool):
+        ids = [ids]
+    if ids is None or isinstance(ids, (bytes, Mapping)) or not hasattr(ids, "__iter__"):
+        raise ConfigError(f"ids must be a list of document ids, got {type(ids).__name__}")
+    checked = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, (str, int)):
+            raise ConfigError(f"document ids are strings or integers, got {i!r}")
+        checked.append(str(i))
+    return list(dict.fromkeys(checked))
 
 
 def _unchanged(snap: Snapshot, row: int, doc: Document) -> bool:

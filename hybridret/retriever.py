@@ -20,6 +20,7 @@ from .encoders import Encoder, PairedEncoder
 from .errors import ConfigError, IndexExistsError, IndexFormatError
 from .filters import Filter
 from .hybrid import FusionConfig
+from .index.expiry import Clock, check_clock
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
 from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult
@@ -50,13 +51,23 @@ class HybridRetriever:
     whatever they are, only speed changes), ``bm25`` (index the text for BM25),
     ``store_text`` (keep texts for hit views) and ``max_segments`` (after an add or upsert, the
     smallest segments are merged while there are more; 0 = never merge automatically).
+    ``clock``: what "now" is for expiry (a callable returning seconds since the epoch; default
+    :func:`time.time`).
+
+    RAG knowledge bases: ``index(..., chunk_tokens=N, chunk_overlap=M)`` cuts documents into chunks
+    (:mod:`hybridret.chunking`; later adds and upserts cut the same way), ``delete("doc")`` removes
+    a document's chunks, ``delete(filter={...})`` removes what matches, and documents with an
+    ``expires_at`` (or written with ``ttl=``) stop being returned at that time
+    (:mod:`hybridret.index.expiry`).
     """
 
     def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "Flat", faiss_metric: str = "ip",
                  sparse_scheme: str = "impact", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
-                 bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None) -> None:
+                 bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None,
+                 clock: Clock | None = None) -> None:
         prepare_native_libraries()
         self.device = device
+        self.clock = check_clock(clock)
         self.settings: dict[str, Any] = {
             "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "sparse_scheme": sparse_scheme,
             "sparse_bits": sparse_bits, "sparse_max_weight": sparse_max_weight, "bm25": bm25,
@@ -132,7 +143,7 @@ class HybridRetriever:
     # -- writes ---------------------------------------------------------------------------------
     def _writer(self, root: Path, **kw: Any) -> IndexWriter:
         return IndexWriter(root, encoder=self._slot.get, encoder_config=self._slot.config,
-                           device=self.device, **kw)
+                           device=self.device, clock=self.clock, **kw)
 
     def _reuse(self) -> dict[str, Any]:
         return {s.name: s for s in self._searcher.snapshot.segments} if self._searcher is not None else {}
@@ -141,7 +152,7 @@ class HybridRetriever:
         """Serve the new commit, then (still holding the writer lock) remove what only our previous
         snapshot kept alive; segments other readers lease stay."""
         if self._searcher is None:
-            self._searcher = Searcher(self._root, encoder=self._slot, device=self.device)
+            self._searcher = Searcher(self._root, encoder=self._slot, device=self.device, clock=self.clock)
         else:
             self._searcher.refresh()
         if writer.manifest is not None:
@@ -150,7 +161,8 @@ class HybridRetriever:
     def index(self, documents: Iterable[Any], *, batch_size: int = 32, chunk_size: int = 1024,
               workdir: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
               encode_cache: str | Path | None = None, overwrite: bool = False,
-              source: Mapping[str, Any] | None = None) -> HybridRetriever:
+              source: Mapping[str, Any] | None = None, chunk_tokens: int | None = None,
+              chunk_overlap: int | None = None, ttl: float | None = None) -> HybridRetriever:
         """Encode and index a stream of documents (``Document``, dict, ``(id, text)`` or str), replacing
         nothing: a retriever that already holds documents needs ``overwrite=True`` (or use
         :meth:`add` / :meth:`upsert`).
@@ -163,6 +175,12 @@ class HybridRetriever:
         duplicate ids raise :class:`CorpusFormatError`. ``encode_cache`` (a folder) keeps every
         encoded document, keyed on its content: after an interruption, or for a rebuild, only
         documents not encoded before are encoded.
+
+        ``chunk_tokens`` (and ``chunk_overlap``): cut every document into chunks of at most that
+        many tokens of the dense model (:class:`~hybridret.chunking.Chunker`), indexed as
+        ``DOCID#0``, ``DOCID#1``, ... with ``parent_id``, ``chunk``, ``start`` and ``end`` in their
+        metadata; the index records it, and :meth:`add` / :meth:`upsert` cut the same way.
+        ``ttl`` (seconds): documents without an ``expires_at`` expire that long from now.
         """
         if self._searcher is not None and self.num_docs and not overwrite and workdir is None:
             raise IndexExistsError(f"this retriever already holds {self.num_docs} documents; use add()/upsert() "
@@ -179,7 +197,8 @@ class HybridRetriever:
                 raise IndexExistsError(f"an index already exists at {root}; pass overwrite=True (CLI: --overwrite)")
         with self._writer(root, settings=self.settings) as w:
             w.write(documents, mode="build", batch_size=batch_size, chunk_size=chunk_size, encode_cache=encode_cache,
-                    show_progress=show_progress, total=total, source=source)
+                    show_progress=show_progress, total=total, source=source, chunk_tokens=chunk_tokens,
+                    chunk_overlap=chunk_overlap, ttl=ttl)
             if root != self._root:
                 self._root, self._searcher = root, None
             self._after_write(w)
@@ -204,22 +223,43 @@ class HybridRetriever:
     def add(self, documents: Iterable[Any], **kw: Any) -> WriteResult:
         """Add new documents (an id already in the index is an error: use :meth:`upsert`).
         Committed when this returns. Takes ``batch_size``, ``chunk_size``, ``encode_cache``,
-        ``show_progress`` and ``total`` as :meth:`index` does."""
+        ``show_progress``, ``total``, ``chunk_tokens`` / ``chunk_overlap`` (default: as the index
+        was built; ``0``: no chunking) and ``ttl`` as :meth:`index` does."""
         return self._write(documents, "add", **kw)
 
     def upsert(self, documents: Iterable[Any], **kw: Any) -> WriteResult:
         """Add documents or replace those with the same ids. An unchanged document is left as it is;
-        a changed one whose text is unchanged keeps its stored vectors (nothing is re-encoded)."""
+        a changed one whose text is unchanged keeps its stored vectors (nothing is re-encoded). A
+        chunked document's chunks are replaced together: chunks that vanished are deleted, and a
+        chunk whose text some chunk of the document already had is not encoded again
+        (``result.encoded`` counts the chunks that were)."""
         return self._write(documents, "upsert", **kw)
 
-    def delete(self, ids: Iterable[str] | str, *, missing: str = "error") -> WriteResult:
-        """Delete documents by id (tombstones: searches never return them again). Unknown ids raise
-        :class:`DocumentNotFoundError` and nothing is deleted, unless ``missing="ignore"``."""
+    def delete(self, ids: Iterable[str] | str | None = None, *,
+               filter: Filter | Mapping[str, Any] | str | None = None, missing: str = "error",
+               dry_run: bool = False) -> WriteResult:
+        """Delete documents by id, or every document matching ``filter``, in one commit
+        (tombstones: searches never return them again); ``result.deleted`` is the count. An id
+        deletes the document's chunks too. Unknown ids raise :class:`DocumentNotFoundError` and
+        nothing is deleted, unless ``missing="ignore"``. ``dry_run=True`` deletes nothing and
+        lists the ids it would delete in ``result.matched``."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
         with self._writer(self._root) as w:
-            result = w.delete(ids, missing=missing, reuse=self._reuse())
-            self._after_write(w)
+            result = w.delete(ids, filter=filter, missing=missing, dry_run=dry_run, reuse=self._reuse())
+            if result.commit is not None:
+                self._after_write(w)
+        return result
+
+    def purge(self) -> WriteResult:
+        """Tombstone the documents expired by now (one commit; ``result.deleted`` counts them).
+        Searches skip expired documents without it; :meth:`compact` also drops them."""
+        if self._root is None:
+            raise ConfigError("the retriever has no index yet")
+        with self._writer(self._root) as w:
+            result = w.purge(reuse=self._reuse())
+            if result.commit is not None:
+                self._after_write(w)
         return result
 
     def compact(self, *, migrate: bool = False, show_progress: bool | None = None) -> WriteResult:
@@ -287,7 +327,7 @@ class HybridRetriever:
 
     @classmethod
     def load(cls, path: str | Path, *, encoder: Encoder | None = None, device: str | None = None,
-             warm: bool = False, verify: bool = True) -> HybridRetriever:
+             warm: bool = False, verify: bool = True, clock: Clock | None = None) -> HybridRetriever:
         """Open an index directory. The encoder is rebuilt from the manifest (its models load on
         first use; ``warm``: now, before the first query), and the weights found must have the
         fingerprints recorded at build time (``verify=False`` skips that check). An ``encoder``
@@ -298,7 +338,7 @@ class HybridRetriever:
         prepare_native_libraries()
         manifest = read_manifest(path)
         settings = {k: v for k, v in manifest.get("settings", {}).items() if k in DEFAULT_SETTINGS}
-        self = cls(encoder, device=device, **settings)
+        self = cls(encoder, device=device, clock=clock, **settings)
         stored = manifest.get("encoder")
         if encoder is not None and stored is not None:
             diffs = compare_configs(stored, encoder.config())
@@ -311,7 +351,7 @@ class HybridRetriever:
             # built now, so a missing model or changed weights fail here, not at the first query
             self._slot = EncoderSlot(encoder_from_config(stored, device=device, verify=verify), None, device)
         self._root = Path(path)
-        self._searcher = Searcher(self._root, encoder=self._slot, device=device, warm=warm)
+        self._searcher = Searcher(self._root, encoder=self._slot, device=device, warm=warm, clock=self.clock)
         old = sum(s.layout != "parts" for s in self._searcher.snapshot.segments)
         if old:
             logger.info("%s: %d segment(s) in an older layout (index format 1 or 2): searches are exact; "
@@ -322,8 +362,10 @@ class HybridRetriever:
         """The manifest plus counts per segment and the size on disk."""
         snap = self.searcher.snapshot
         out = dict(snap.manifest)
-        out["num_docs"] = snap.num_docs
+        now = snap.at(self.clock())
+        out["num_docs"] = now.num_docs  # expired documents are not live
         out["num_deleted"] = snap.num_deleted
+        out["num_expired"] = now.num_expired  # expired, not yet purged or compacted away
         out["segments"] = [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in snap.manifest["segments"]]
         comps = {k: dict(v) for k, v in out.get("components", {}).items()}
         parts = [s.sparse for s in snap.segments if s.sparse is not None]

@@ -30,6 +30,7 @@ from .encoders.reps import REPRESENTATIONS, encode
 from .errors import ConfigError
 from .filters import Filter, parse_filter
 from .hybrid import FusionConfig
+from .index.expiry import Clock, check_clock
 from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
 from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
@@ -182,8 +183,9 @@ class Searcher:
 
     def __init__(self, root: str | Path | None = None, *, encoder: Encoder | EncoderSlot | None = None,
                  device: str | None = None, snapshot: Snapshot | None = None, refresh_every: float | None = None,
-                 warm: bool = False, threads: int | None = None) -> None:
+                 warm: bool = False, threads: int | None = None, clock: Clock | None = None) -> None:
         prepare_native_libraries()
+        self.clock = check_clock(clock)  # what "now" is for expiry (seconds since the epoch)
         self.threads = check_threads(threads)  # each search's thread budget unless the call gives one
         if snapshot is None:
             if root is None:
@@ -213,7 +215,12 @@ class Searcher:
 
     @property
     def num_docs(self) -> int:
-        return self._snap.num_docs
+        """Live documents now (expired ones not counted)."""
+        return self.current().num_docs
+
+    def current(self) -> Snapshot:
+        """The snapshot as seen now: expired documents masked (see :meth:`Snapshot.at`)."""
+        return self._snap.at(self.clock())
 
     def warm(self) -> Searcher:
         """Load the encoder's models now (a server does this before taking requests)."""
@@ -293,12 +300,12 @@ class Searcher:
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         """The stored documents of ``ids`` (``{"id", "title", "text", "metadata"}``), ``None`` for
-        ids that are not in the index (or were deleted), in the order given."""
+        ids that are not in the index (or were deleted, or expired), in the order given."""
         if isinstance(ids, str):
             ids = [ids]
         if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Sequence):
             raise ConfigError(f"ids must be a string or a list of strings, got {type(ids).__name__}")
-        snap = self._snap
+        snap = self.current()
         out: list[dict[str, Any] | None] = []
         for doc_id in ids:
             if not isinstance(doc_id, str):
@@ -328,7 +335,7 @@ class Searcher:
         queries get no hits. Returns :class:`Hits` of shape ``(len(queries), k)``."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
         threads = check_threads(threads) if threads is not None else self.threads
-        snap = self._snap  # one snapshot for the whole call
+        snap = self.current()  # one snapshot for the whole call, expired documents masked
         plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
                            fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0)
         res = run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)

@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from ..errors import HybridRetError
 from ._common import NamingPath, add_encoder_args, add_ray_args, build_retriever, check_output, count_records, logger
+from ._rag import add_chunk_args, chunk_kwargs
 
 __all__ = ["add_parser", "run"]
 
@@ -44,6 +46,7 @@ def add_parser(sub: Any) -> None:
                         "re-encodes only what is missing (default: encode-cache inside the output folder, "
                         "removed after a successful build)")
     p.add_argument("--no-encode-cache", action="store_true", help="do not cache encoded chunks (no resume)")
+    add_chunk_args(p, build=True)
     add_ray_args(p, build=True)
     add_encoder_args(p)
     p.set_defaults(run=run)
@@ -55,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
 
     from ..data import CorpusReader
 
+    rag = chunk_kwargs(args)
     if args.ray:
         from .sharded import index_ray
 
+        if rag:
+            raise HybridRetError("--chunk-tokens and --ttl are not supported with --ray yet")
         return index_ray(args)
 
     out = Path(args.output)
@@ -74,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     with NamingPath(out):
         retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
                         total=total, encode_cache=cache, overwrite=True,
-                        source={"path": str(args.corpus), "format": reader.format})
+                        source={"path": str(args.corpus), "format": reader.format}, **rag)
     if cache is not None and args.encode_cache is None:
         shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
     took = time.perf_counter() - start

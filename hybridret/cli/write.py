@@ -12,8 +12,9 @@ from typing import Any
 
 from ..errors import HybridRetError
 from ._common import NamingPath, count_records, logger, print_result
+from ._rag import add_chunk_args, chunk_kwargs
 
-__all__ = ["add_parsers", "run_add", "run_compact", "run_delete"]
+__all__ = ["add_parsers", "run_add", "run_compact", "run_delete", "run_purge"]
 
 
 def add_parsers(sub: Any) -> None:
@@ -29,17 +30,29 @@ def add_parsers(sub: Any) -> None:
                    help="keep encoded documents here (keyed on content) to resume an interrupted add")
     p.add_argument("--json", action="store_true", help="print what was done as JSON")
     p.add_argument("--device", default=None)
+    add_chunk_args(p, build=False)
     p.set_defaults(run=run_add)
 
-    p = sub.add_parser("delete", help="delete documents from an index by id",
-                       description="Delete documents by id in one atomic commit. Unknown ids are reported and, "
-                                   "unless --ignore-missing, nothing is deleted.")
+    p = sub.add_parser("delete", help="delete documents from an index by id or by filter",
+                       description="Delete documents by id (a chunked document's id deletes all its chunks), or "
+                                   "every document matching --filter, in one atomic commit. Unknown ids are "
+                                   "reported and, unless --ignore-missing, nothing is deleted.")
     p.add_argument("index", metavar="DIR")
     p.add_argument("ids", nargs="*", metavar="ID")
     p.add_argument("--ids-file", metavar="FILE", default=None, help="one id per line (- for standard input)")
+    p.add_argument("--filter", metavar="JSON", default=None,
+                   help='delete every document matching this metadata filter, e.g. \'{"source": "old-wiki"}\'')
+    p.add_argument("--dry-run", action="store_true", help="delete nothing; print what would be deleted")
     p.add_argument("--ignore-missing", action="store_true", help="delete the known ids and report the unknown ones")
     p.add_argument("--json", action="store_true", help="print what was done as JSON")
     p.set_defaults(run=run_delete)
+
+    p = sub.add_parser("purge", help="delete the documents that have expired",
+                       description="Tombstone every document whose expires_at has passed, in one atomic commit. "
+                                   "Searches never return expired documents anyway; compact also drops them.")
+    p.add_argument("index", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print what was done as JSON")
+    p.set_defaults(run=run_purge)
 
     p = sub.add_parser("compact", help="merge an index's segments and drop deleted documents",
                        description="Merge all segments into one and drop deleted documents (nothing is "
@@ -62,19 +75,23 @@ def run_add(args: argparse.Namespace) -> int:
     write = retriever.upsert if args.upsert else retriever.add
     with NamingPath(Path(args.index)):
         result = write(reader, batch_size=args.batch_size, total=count_records(reader.file),
-                       encode_cache=args.encode_cache)
+                       encode_cache=args.encode_cache, **chunk_kwargs(args))
     print_result(result, args, "upserted into" if args.upsert else "added to")
     return 0
 
 
 def _read_ids(args: argparse.Namespace) -> list[str]:
     ids = list(args.ids)
+    if getattr(args, "filter", None) is not None:
+        if ids or args.ids_file:
+            raise HybridRetError("give ids or --filter, not both")
+        return []
     if args.ids_file:
         fh = sys.stdin if args.ids_file == "-" else open(args.ids_file, encoding="utf-8")
         with fh:
             ids += [line.rstrip("\r\n") for line in fh if line.strip()]
     if not ids:
-        raise HybridRetError("no ids to delete: give them as arguments or with --ids-file")
+        raise HybridRetError("no ids to delete: give them as arguments, with --ids-file, or --filter")
     return ids
 
 
@@ -84,7 +101,16 @@ def run_delete(args: argparse.Namespace) -> int:
     ids = _read_ids(args)
     retriever = HybridRetriever.load(args.index)
     with NamingPath(Path(args.index)):
-        result = retriever.delete(ids, missing="ignore" if args.ignore_missing else "error")
+        result = retriever.delete(ids if args.filter is None else None, filter=args.filter, dry_run=args.dry_run,
+                                  missing="ignore" if args.ignore_missing else "error")
+    if args.dry_run:
+        if args.json:
+            print(json.dumps(result.to_dict()))
+        else:
+            print(f"would delete {result.deleted} documents from {args.index} (dry run: nothing was deleted)")
+            for doc_id in result.matched or []:
+                print(doc_id)
+        return 0
     if result.missing:
         shown = ", ".join(result.missing[:20]) + (" ..." if len(result.missing) > 20 else "")
         logger.warning("%d ids were not in the index: %s", len(result.missing), shown)
@@ -115,4 +141,14 @@ def run_compact(args: argparse.Namespace) -> int:
         snap = retriever.searcher.snapshot
         print(f"compacted {before} segments of {args.index} into {len(snap.segments)} ({snap.num_docs} documents) "
               f"(commit {result.commit})")
+    return 0
+
+
+def run_purge(args: argparse.Namespace) -> int:
+    from ..retriever import HybridRetriever
+
+    retriever = HybridRetriever.load(args.index)
+    with NamingPath(Path(args.index)):
+        result = retriever.purge()
+    print_result(result, args, "purged expired documents from")
     return 0

@@ -78,13 +78,14 @@ class ShardServer:
             self._snaps.popitem(last=False)
 
     def _snap(self, commit: int | None) -> Snapshot:
+        """The snapshot of ``commit`` (``None``: the current one) as seen now: expired documents masked."""
         if commit is None:
-            return self.searcher.snapshot
+            return self.searcher.current()
         snap = self._snaps.get(commit)
         if snap is None:
             raise ShardStaleError(f"{self.name}: commit {commit} is no longer open here (current commit "
                                   f"{self.searcher.snapshot.commit}); refresh and retry")
-        return snap
+        return snap.at(self.searcher.clock())
 
     # -- state ----------------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:

@@ -165,6 +165,13 @@ class Encoder(ABC):
         """The transformer runners loaded so far."""
         return []
 
+    def document_tokenizers(self) -> list[tuple[Any, int, str]]:
+        """``(tokenizer, max_length, prefix)`` of every model a document goes through when indexed
+        (loads the models): what chunking measures so that no chunk is truncated by any of them.
+        ``[]`` for an encoder without transformer runners."""
+        self.warm()
+        return [(r.tokenizer, int(r.max_length), "") for r in self._loaded_runners()]
+
     def _sparse_runner(self) -> Any:
         """The runner whose tokenizer is the sparse vocabulary's (``None``: none, or not a runner)."""
         return None

@@ -101,6 +101,10 @@ class DenseEncoder(Encoder):
     def _loaded_runners(self) -> list[Any]:
         return [self._runner] if self._runner is not None else []
 
+    def document_tokenizers(self) -> list[tuple[Any, int, str]]:
+        runner = self.runner
+        return [(runner.tokenizer, int(runner.max_length), self.document_prefix)]
+
     def _encode(self, texts: Sequence[str], prefix: str, batch_size: int | None, show_progress: bool | None,
                 desc: str) -> np.ndarray:
         runner = self.runner

@@ -143,6 +143,10 @@ class JointEncoder(Encoder):
     def _sparse_runner(self) -> Any:
         return self.runner
 
+    def document_tokenizers(self) -> list[tuple[Any, int, str]]:
+        runner = self.runner  # the document tower (the query tower reads no document)
+        return [(runner.tokenizer, int(runner.max_length), "")]
+
     def _encode(self, texts: Sequence[str], top_k: int | None, batch_size: int | None,
                 show_progress: bool | None, desc: str, query: bool = False) -> EncodedBatch:
         self.warm()

@@ -53,6 +53,9 @@ class PairedEncoder(Encoder):
     def _sparse_runner(self) -> Any:
         return self.sparse.runner
 
+    def document_tokenizers(self) -> list[tuple[Any, int, str]]:
+        return self.dense.document_tokenizers() + self.sparse.document_tokenizers()
+
     @classmethod
     def from_names(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
                    device: str | None = None, backend: str = "torch", **kwargs: Any) -> PairedEncoder:

@@ -8,10 +8,15 @@ deleted rows keep their numbers and are masked. A writer
 committing meanwhile changes nothing a snapshot uses: new files only, and old ones are kept while
 the snapshot's lease (``DIR/leases/``) names them. ``Searcher.refresh`` opens a newer snapshot,
 reusing the segments it already has open.
+
+Expiry (:mod:`hybridret.index.expiry`) is the one thing that changes with time rather than with
+commits: :meth:`Snapshot.at` gives the snapshot as seen at a time, its expired rows masked as
+tombstones are (every search and ``get`` goes through it), with its own cache.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -25,6 +30,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..errors import IndexFormatError, IndexNotFoundError
+from .expiry import expired_rows, segment_expiry
 from .manifest import LEASES, read_manifest, segment_files
 from .segment import Segment
 
@@ -134,7 +140,65 @@ class Snapshot:
             raise IndexFormatError(f"{root}: {self.num_docs} live documents but {len(self._row)} distinct ids "
                                    "(an id is live twice)")
         self.cache = SnapshotCache()
+        self.num_expired = 0  # rows masked because they expired (only in a view from at())
+        self._base: Snapshot | None = None
+        self._gone: np.ndarray | None = None  # global rows masked as expired (a view's)
+        self._views: dict[tuple[int, ...], Snapshot] = {}
+        self._views_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, _drop_lease, lease)
+
+    # -- expiry ---------------------------------------------------------------------------------
+    def at(self, now: float) -> Snapshot:
+        """This commit as seen at time ``now`` (seconds since the epoch): documents whose
+        ``expires_at`` is at or before ``now`` count as deleted, in every search, in ``get``, and
+        in BM25's statistics. The snapshot itself when nothing has expired (the common case costs
+        one binary search per segment); views are cached per set of expired rows."""
+        if self._base is not None:
+            return self._base.at(now)
+        expiring = [segment_expiry(seg) for seg in self.segments]
+        if not any(len(t) for t, _ in expiring):
+            return self
+        counts = tuple(int(np.searchsorted(t, now, side="right")) for t, _ in expiring)
+        if not any(counts):
+            return self
+        with self._views_lock:
+            view = self._views.get(counts)
+            if view is None:
+                view = self._expired_view([expired_rows(seg, now) for seg in self.segments])
+                if len(self._views) >= 4:  # a few recent states: expiry only moves forward
+                    self._views.pop(next(iter(self._views)))
+                self._views[counts] = view
+        return view
+
+    def _expired_view(self, expired: list[np.ndarray]) -> Snapshot:
+        view = copy.copy(self)  # shares the segments, ids, id map, manifest and lease
+        view._base = self
+        view._views = {}
+        view.cache = SnapshotCache()
+        gone = np.zeros(self.num_rows, dtype=bool)
+        view.deleted, view.live = [], []
+        for i, (seg, dead, exp) in enumerate(zip(self.segments, self.deleted, expired)):
+            if len(exp):
+                dead = np.union1d(dead, exp).astype(np.int64)
+                mask = np.ones(seg.num_docs, dtype=bool)
+                mask[dead] = False
+                gone[self.offsets[i] + exp] = True
+                view.deleted.append(dead)
+                view.live.append(mask)
+            else:
+                view.deleted.append(dead)
+                view.live.append(self.live[i])
+        view.num_deleted = int(sum(len(d) for d in view.deleted))
+        view.num_docs = self.num_rows - view.num_deleted
+        view.num_expired = view.num_deleted - self.num_deleted
+        view._gone = gone
+        return view
+
+    def expired(self, now: float) -> list[np.ndarray]:
+        """Per segment, the local rows that are live in this commit but expired at ``now``."""
+        base = self._base or self
+        view = base.at(now)
+        return [np.setdiff1d(v, d).astype(np.int64) for v, d in zip(view.deleted, base.deleted)]
 
     # -- rows -----------------------------------------------------------------------------------
     def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -147,13 +211,18 @@ class Snapshot:
 
     def row_of(self, doc_id: str) -> int | None:
         """Global row of a live document id, or ``None``."""
-        return self._row.get(doc_id)
+        row = self._row.get(doc_id)
+        if row is not None and self._gone is not None and self._gone[row]:
+            return None
+        return row
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._row
+        return self.row_of(doc_id) is not None  # type: ignore[arg-type]
 
     def live_ids(self) -> list[str]:
-        return list(self._row)
+        if self._gone is None:
+            return list(self._row)
+        return [i for i, r in self._row.items() if not self._gone[r]]
 
     def get(self, row: int) -> tuple[str, str, dict[str, Any]]:
         """``(title, text, metadata)`` of a global row."""

@@ -190,11 +190,23 @@ class DocumentIn(_Strict):
 class DocumentsRequest(_Strict):
     documents: list[DocumentIn] = Field(min_length=1, max_length=MAX_DOCUMENTS)
     upsert: StrictBool = Field(False, description="replace documents whose id exists (else that is an error)")
+    ttl: float | None = Field(None, gt=0, description="documents without an expires_at expire this many seconds "
+                                                      "from now")
 
 
 class DeleteRequest(_Strict):
-    ids: list[StrictStr] = Field(min_length=1, max_length=MAX_IDS)
+    ids: list[StrictStr] | None = Field(None, min_length=1, max_length=MAX_IDS,
+                                        description="document ids (a chunked document's id deletes its chunks)")
+    filter: Union[dict[str, Any], StrictStr, None] = Field(
+        None, description='delete every document matching this metadata filter, e.g. {"source": "old-wiki"}')
+    dry_run: StrictBool = Field(False, description="delete nothing; 'deleted' and 'matched' say what would go")
     ignore_missing: StrictBool = Field(False, description="delete the known ids, report the unknown ones")
+
+    @model_validator(mode="after")
+    def _ids_or_filter(self) -> DeleteRequest:
+        if (self.ids is None) == (self.filter is None):
+            raise ValueError("give either 'ids' or 'filter'")
+        return self
 
 
 class WriteResponse(BaseModel):
@@ -205,6 +217,7 @@ class WriteResponse(BaseModel):
     skipped_empty: int = 0
     encoded: int = 0
     missing: list[str] = []
+    matched: list[str] | None = Field(None, description="a dry-run delete: the ids it would delete")
     commit: int | None = None
     commits: dict[str, int | None] | None = Field(None, description="sharded index: the commit each touched shard wrote")
     num_docs: int = Field(description="live documents after this write")
@@ -516,15 +529,27 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
               summary="add documents (or upsert them); answered after the commit")
     async def add_documents(req: DocumentsRequest) -> dict[str, Any]:
         docs = [d.to_library() for d in req.documents]
-        return await run_in_threadpool(service.write, "upsert" if req.upsert else "add", docs, show_progress=False)
+        extra = {"ttl": req.ttl} if req.ttl is not None else {}
+        return await run_in_threadpool(service.write, "upsert" if req.upsert else "add", docs, show_progress=False,
+                                       **extra)
 
     @app.delete("/documents", response_model=WriteResponse, response_model_exclude_unset=True,
                 dependencies=[Depends(write_auth)],
                 responses={**_ERRORS, 404: {"model": ErrorResponse}},
-                summary="delete documents by id (unknown ids: 404 and nothing deleted, unless ignore_missing)")
+                summary="delete documents by id (unknown ids: 404 and nothing deleted, unless ignore_missing) "
+                        "or every document matching a filter; one commit, 'deleted' is the count")
     async def delete_documents(req: DeleteRequest) -> dict[str, Any]:
-        return await run_in_threadpool(service.write, "delete", req.ids,
+        if req.filter is None and not req.dry_run:
+            return await run_in_threadpool(service.write, "delete", req.ids,
+                                           missing="ignore" if req.ignore_missing else "error")
+        return await run_in_threadpool(service.write, "delete", req.ids, filter=req.filter, dry_run=req.dry_run,
                                        missing="ignore" if req.ignore_missing else "error")
+
+    @app.post("/purge", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,
+              dependencies=[Depends(write_auth)],
+              summary="delete the documents whose expires_at has passed (searches never return them anyway)")
+    async def purge() -> dict[str, Any]:
+        return await run_in_threadpool(service.write, "purge")
 
     @app.post("/compact", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,
               dependencies=[Depends(write_auth)],

@@ -164,8 +164,12 @@ class ShardedBackend:
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
         kw.pop("show_progress", None)
-        if op not in ("add", "upsert", "delete", "compact"):
+        if op not in ("add", "upsert", "delete", "compact", "purge"):
             raise ConfigError(f"unknown write {op!r}")
+        rag = [k for k in ("filter", "dry_run", "ttl") if kw.pop(k, None) not in (None, False)]
+        if op == "purge" or rag:
+            raise ConfigError(f"{op} with {', '.join(rag) or 'expiry'} is not supported on a sharded index yet; "
+                              "run it on each shard's folder")
         out = dict(getattr(self.searcher, op)(*args, **kw))
         out["commit"] = None  # a sharded write commits once per touched shard: see "commits"
         out["num_docs"] = self._num_docs()
