@@ -157,15 +157,16 @@ class Chunker:
     def _windows(self, levels: list[int], a: int, b: int, budget: int) -> Iterator[tuple[int, int]]:
         """Token ranges ``[start, end)`` covering ``[a, b)``: each at most ``budget`` tokens, ending at
         the best boundary past a quarter of the budget, the next starting up to ``overlap`` before."""
-        start = a
+        start, last = a, a
         overlap = min(self.spec.overlap, budget // 2)
         while start < b:
             limit = start + budget
             if limit >= b:
                 yield start, b
                 return
-            low = start + max(1, budget // 4)
+            low = max(start + max(1, budget // 4), last + 1)  # each chunk ends past the one before
             end = max(range(low, limit + 1), key=lambda j: (levels[j], j))
+            last = end
             yield start, end
             nxt = end
             if overlap:  # a sentence start in the first half of the overlap, else the first word start
