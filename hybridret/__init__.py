@@ -13,6 +13,7 @@ Mental model: encode -> index -> search -> save/load::
 import logging
 
 from ._version import __version__
+from .chunking import Chunker
 from .data import CorpusReader, Document, iter_corpus, load_beir, load_qrels, load_queries
 from .encoders import DenseEncoder, EncodedBatch, Encoder, JointEncoder, PairedEncoder, SpladeEncoder
 from .errors import (
@@ -42,6 +43,7 @@ logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "METHODS",
+    "Chunker",
     "ConfigError",
     "CorpusFormatError",
     "CorpusReader",

@@ -30,7 +30,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("data", ("hybridret.data", "hybridret.filters", "hybridret.fusion", "hybridret.eval",
               "hybridret.runs", "hybridret.irds", "hybridret.index.metadata")),
     ("encoders", ("hybridret.encoders",)),
-    ("index", ("hybridret.index",)),
+    # chunking cuts documents into the rows segments hold (data + index.metadata, the encoder duck-typed)
+    ("index", ("hybridret.index", "hybridret.chunking")),
     ("retrievers", ("hybridret.retrievers",)),
     ("fusion", ("hybridret.hybrid", "hybridret.refine")),
     ("plan", ("hybridret.plan",)),  # the search plan: over retrievers and fusion, under both searchers
