@@ -396,7 +396,8 @@ class IndexWriter:
         extra: dict[str, Any] = {}
         if mode == "build":
             extra["skipped_empty"] = result.skipped_empty
-            extra["chunking"] = spec.to_dict() if spec is not None else None
+            if spec is not None:
+                extra["chunking"] = spec.to_dict()
             if self.manifest is not None:  # a rebuild keeps nothing of the old index but its location
                 self.manifest = {"commit": self.manifest.get("commit", 0)}
         else:
