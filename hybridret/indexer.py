@@ -337,6 +337,9 @@ class IndexWriter:
                     if ttl is not None and doc.metadata.get(EXPIRES_AT) is None:
                         doc.metadata[EXPIRES_AT] = round(now + float(ttl), 3)
                     units, previous = self._units(doc, chunker, snap)
+                    if not units:  # text the tokenizer reads as nothing (e.g. only zero-width characters)
+                        result.skipped_empty += 1
+                        continue
                     if mode == "add" and live_now is not None and (
                             any(live_now.row_of(u.id) is not None for u in units) or
                             any(live_now.row_of(str(snap.ids[r])) is not None for r in previous)):  # type: ignore[union-attr]
@@ -435,7 +438,7 @@ class IndexWriter:
     def _units(doc: Document, chunker: Any, snap: Snapshot | None) -> tuple[list[Document], list[int]]:
         """What ``doc`` is written as (itself, or its chunks), and the live rows it replaces that
         are not its own ids: its chunks (by ``parent_id``) and, when chunked, itself unchunked."""
-        units = [doc] if chunker is None else chunker.chunk(doc)
+        units = [doc] if chunker is None else [c for c in chunker.chunk(doc) if c.full_text.strip()]
         if snap is None:
             return units, []
         previous = chunk_rows(snap, doc.id)
@@ -526,8 +529,10 @@ class IndexWriter:
         would go. Expired documents still in the index are deleted like the others."""
         if missing not in ("error", "ignore"):
             raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
-        if (ids is None) == (filter is None):
-            raise ConfigError("delete needs ids or a filter (one of them, not both)")
+        if ids is None and filter is None:
+            raise ConfigError("ids must be a list of document ids (or give filter= to delete what matches), got None")
+        if ids is not None and filter is not None:
+            raise ConfigError("delete takes ids or a filter, not both")
         result = WriteResult()
         snap = self.snapshot(reuse)
         if filter is not None:

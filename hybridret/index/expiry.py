@@ -8,8 +8,8 @@ expired rows exactly as it masks tombstoned ones, so every retriever and fusion 
 and BM25's statistics are those of the documents still alive. ``compact`` drops expired documents
 for good, ``purge`` tombstones them (one commit each).
 
-The segment's expiry times are read once from its metadata columns (:func:`segment_expiry`),
-sorted, so the rows expired at ``now`` are a prefix found by one binary search.
+A segment reads its expiry times once, when opened, from its metadata columns
+(:func:`read_expiry`), sorted, so the rows expired at ``now`` are a prefix found by one binary search.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["EXPIRES_AT", "Clock", "check_clock", "expired_rows", "expiry_of", "parse_expiry", "segment_expiry"]
+__all__ = ["EXPIRES_AT", "Clock", "check_clock", "expired_rows", "expiry_of", "parse_expiry", "read_expiry",
+           "segment_expiry"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,36 +74,42 @@ def check_clock(clock: Clock | None) -> Clock:
     return clock
 
 
-def segment_expiry(seg: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``(times, rows)`` of the rows of segment ``seg`` that have an expiry, sorted by time (built
-    once per segment, which never changes). A value that cannot be read as a time (written before
-    the field was reserved) never expires, with a warning."""
-    cached = seg.__dict__.get("_expiry")
-    if cached is not None:
-        return cached
-    col = seg.columns.get(EXPIRES_AT) if getattr(seg, "columns", None) is not None else None
+def read_expiry(columns: Any, where: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(times, rows)`` of the rows that have an expiry in a segment's metadata columns, sorted by
+    time (a segment reads it once, when opened). A value that cannot be read as a time (written
+    before the field was reserved) never expires, with a warning."""
+    col = columns.get(EXPIRES_AT) if columns is not None else None
+    if col is None:
+        return _NONE
     rows: list[int] = []
     times: list[float] = []
-    bad = 0
-    if col is not None:
-        nums = np.flatnonzero(col.is_num)
-        rows += nums.tolist()
-        times += col.num[nums].tolist()
-        for r in np.flatnonzero(col.is_str).tolist():
-            try:
-                times.append(parse_expiry(col.str[r]))  # type: ignore[arg-type]
-                rows.append(r)
-            except ExpiryError:
-                bad += 1
-        bad += len(col.lists) + int(np.count_nonzero(col.is_bool))
+    nums = np.flatnonzero(col.is_num)
+    rows += nums.tolist()
+    times += col.num[nums].tolist()
+    bad = len(col.lists) + int(np.count_nonzero(col.is_bool))
+    for r in np.flatnonzero(col.is_str).tolist():
+        try:
+            times.append(parse_expiry(col.str[r]))  # type: ignore[arg-type]
+            rows.append(r)
+        except ExpiryError:
+            bad += 1
     if bad:
-        logger.warning("%s: %d documents have an %s that is not a time; they never expire", seg.root, bad, EXPIRES_AT)
+        logger.warning("%s: %d documents have an %s that is not a time; they never expire", where, bad, EXPIRES_AT)
     t = np.asarray(times, dtype=np.float64)
     r = np.asarray(rows, dtype=np.int64)
     order = np.argsort(t, kind="stable")
-    out = (t[order], r[order])
-    seg.__dict__["_expiry"] = out
-    return out
+    return t[order], r[order]
+
+
+_NONE = (np.zeros(0, dtype=np.float64), np.zeros(0, dtype=np.int64))
+
+
+def segment_expiry(seg: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(times, rows)`` of segment ``seg`` (:func:`read_expiry`; what it read when opened)."""
+    found = getattr(seg, "expiry", None)
+    if found is not None:
+        return found
+    return read_expiry(getattr(seg, "columns", None), getattr(seg, "root", None))
 
 
 def expired_rows(seg: Any, now: float) -> np.ndarray:

@@ -22,9 +22,11 @@ import numpy as np
 from ..encoders import EncodedBatch
 from ..errors import ConfigError, IndexFormatError
 from .docstore import DocStore, DocStoreWriter
+from .expiry import read_expiry
 from .formats import open_part, part_type
 from .legacy import open_legacy_parts
 from .metadata import MetadataColumns, MetadataWriter, read_metadata
+from .parents import read_parents
 from .parts import TEXT, PartSpec, check_name
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
@@ -194,6 +196,8 @@ class Segment:
         rows = read_metadata(self.root, self.num_docs)
         self.metadata = rows
         self.columns = MetadataColumns(rows, self.num_docs)
+        self.expiry = read_expiry(self.columns, self.root)  # (times, rows) of documents with an expires_at
+        self.parents = read_parents(self.columns, self.docs.ids)  # chunk rows by parent id (see parents.py)
         self.keys: np.ndarray | None = None
         if (self.root / "keys.npy").is_file():  # absent in format-1 folders
             self.keys = np.asarray(load_npy(self.root / "keys.npy", mmap=False))

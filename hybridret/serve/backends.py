@@ -86,17 +86,18 @@ class LocalBackend:
         return out
 
     def health(self) -> dict[str, Any]:
-        snap = self.searcher.snapshot
+        snap = self.searcher.current()  # expired documents are not counted
         return {"num_docs": snap.num_docs, "commit": snap.commit}
 
     def info(self) -> dict[str, Any]:
         searcher = self.searcher
-        snap = searcher.snapshot
+        snap = searcher.current()
         manifest = snap.manifest
         default = searcher.fusion_config("hybrid", None, snap)
         return {
             "index": str(searcher.root), "commit": snap.commit, "saved_at": manifest.get("saved_at"),
-            "num_docs": snap.num_docs, "num_deleted": snap.num_deleted, "encoder": manifest.get("encoder"),
+            "num_docs": snap.num_docs, "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
+            "encoder": manifest.get("encoder"),
             "components": manifest.get("components", {}), "available": searcher.available(snap),
             "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
             "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
