@@ -201,6 +201,21 @@ def test_upsert_reencodes_only_changed_chunks_and_equals_a_fresh_build(paired_en
     assert not any(str(h).startswith("doc5#") for h in hits.ravel())
 
 
+def test_a_parent_id_field_of_the_users_own_is_not_a_chunk(paired_encoder):
+    r = HybridRetriever(paired_encoder).index([
+        {"id": "q1", "text": "Questions about comets.", "parent_id": "p"},   # the user's own field
+        {"id": "p", "text": "A page about comets and their tails."}])
+    assert r.delete("p").deleted == 1 and r.get(["q1"])[0] is not None
+    with pytest.raises(DocumentNotFoundError):
+        r.delete("nothing")
+    r.upsert([{"id": "p", "text": "A longer page about comets. " * 30}], chunk_tokens=32)
+    assert live_ids(r) == {"q1"} | {f"p#{i}" for i in range(len(live_ids(r)) - 1)}
+    n_chunks = len(live_ids(r)) - 1
+    assert n_chunks > 3
+    assert r.upsert([{"id": "p", "text": "Back to one short page."}], chunk_tokens=0).deleted == n_chunks
+    assert live_ids(r) == {"q1", "p"}  # unchunked again: its chunks went with the upsert
+
+
 # ------------------------------------------------------------------------------- delete by filter
 FILTERS = [{"source": "news"}, {"year": {"$gte": 2019}}, {"$or": [{"source": "blog"}, {"year": 2015}]},
            {"source": "none-such"}]
