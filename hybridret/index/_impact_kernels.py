@@ -169,12 +169,12 @@ def _take(acc, docs, w, s0, s1, x, allowed, use_mask):  # pragma: no cover - com
 
 @_jit
 def search(qptr, qterm, qw, lptr, lmax, L, docs, w, fptr, fidx, fdat, acc, qbuf, allowed, k, depth,
-           rescore_cost, out_rows, out_scores, work):  # pragma: no cover - compiled
+           rescore_cost, stop, out_rows, out_scores, work):  # pragma: no cover - compiled
     """Top-k per query (see the module docstring of hybridret.index.impact). ``depth == 0``:
-    exact (MaxScore over impact layers, then exact scores of the survivors); ``depth > 0``:
-    approximate (the same stop once no untouched row can enter, then only the ``depth`` best
-    partial sums re-scored). ``acc`` is
-    zero on entry and on exit."""
+    exact (MaxScore over impact layers, then exact scores of the survivors; ``stop`` unused);
+    ``depth > 0``: approximate (stop once ``R < stop * theta``, where ``stop = 1`` is the point
+    from which no untouched row can enter, then only the ``depth`` best partial sums re-scored).
+    ``acc`` is zero on entry and on exit."""
     use_mask = allowed.shape[0] > 0
     exact = depth == 0
     cap = max(k, depth)
@@ -186,7 +186,7 @@ def search(qptr, qterm, qw, lptr, lmax, L, docs, w, fptr, fidx, fdat, acc, qbuf,
     avg_len = max(1.0, fptr[n] / max(1, n))
     slack = 1.0 + 1e-5
     # postings between two refreshes of theta (a refresh reads acc once)
-    every = max(n, int(8 * k * avg_len)) if exact else max(n // 4, int(8 * k * avg_len))
+    every = max(n, int(8 * k * avg_len)) if exact else max(n // 8, int(8 * k * avg_len))
     for q in range(qptr.shape[0] - 1):
         a = qptr[q]
         m = qptr[q + 1] - a
@@ -242,9 +242,10 @@ def search(qptr, qterm, qw, lptr, lmax, L, docs, w, fptr, fidx, fdat, acc, qbuf,
                 since = 0
                 # no row not reached yet can enter once R < theta. Exact: stop when scoring the
                 # survivors from the forward store costs less than taking the remaining postings;
-                # approximate: stop, and re-score only the ``depth`` best partial sums
-                if R * slack < theta and (not exact or _count(acc, theta / slack - R) * avg_len * rescore_cost
-                                          <= total - taken):
+                # approximate: stop once R < stop * theta, and re-score only the ``depth`` best partial sums
+                bar = theta if exact else stop * theta
+                if R * slack < bar and (not exact or _count(acc, theta / slack - R) * avg_len * rescore_cost
+                                        <= total - taken):
                     break
         if i == cnt:
             R = 0.0
