@@ -87,7 +87,11 @@ class FusionConfig:
     guide_weighting: str = "fixed"
 
     def __post_init__(self) -> None:
-        if self.method not in FUSION_METHODS:
+        import math
+
+        from .fusion import NORMALISATIONS
+
+        if not isinstance(self.method, str) or self.method not in FUSION_METHODS:
             raise ConfigError(f"unknown fusion method {self.method!r}; expected one of {', '.join(FUSION_METHODS)}")
         if isinstance(self.retrievers, (str, bytes, Mapping)) or not isinstance(self.retrievers, (list, tuple)):
             raise ConfigError(f"fusion retrievers must be a list of retriever names, got {self.retrievers!r}")
@@ -97,7 +101,7 @@ class FusionConfig:
                               f"e.g. [\"dense\", \"sparse\"] (some of {', '.join(REGISTRY)})")
         bad = [r for r in self.retrievers if not isinstance(r, str) or r not in REGISTRY]
         if bad:
-            raise ConfigError(f"fusion retrievers: unknown {bad}; expected some of {', '.join(REGISTRY)}")
+            raise ConfigError(f"unknown retrievers {bad} in fusion retrievers; expected some of {', '.join(REGISTRY)}")
         if self.weights is not None:
             _weights(self.weights, "weights", self.retrievers)
         _weights(self.guide, "guide")
@@ -106,15 +110,23 @@ class FusionConfig:
         if not 1 <= self.depth <= MAX_CANDIDATES:
             raise ConfigError(f"fusion depth must be between 1 and {MAX_CANDIDATES} "
                               f"(hybridret.hybrid.MAX_CANDIDATES), got {self.depth}")
+        if not isinstance(self.normalisation, str) or self.normalisation not in NORMALISATIONS:
+            raise ConfigError(f"unknown fusion normalisation {self.normalisation!r}; expected one of "
+                              f"{', '.join(NORMALISATIONS)}")
+        if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, (int, float)) or not math.isfinite(self.rrf_k) \
+                or self.rrf_k <= 0:
+            raise ConfigError(f"fusion rrf_k must be a finite number > 0, got {self.rrf_k!r}")
         if self.method == "gqr" and not self.guide:
             raise ConfigError("GQR needs at least one guide retriever (sparse and/or bm25)")
         if self.method == "gqr" and "dense" in self.guide:
             raise ConfigError("GQR optimises the dense query: dense cannot also be its guide")
-        if self.guide_weighting not in GUIDE_WEIGHTINGS:
+        if not isinstance(self.guide_weighting, str) or self.guide_weighting not in GUIDE_WEIGHTINGS:
             raise ConfigError(f"unknown guide_weighting {self.guide_weighting!r}; expected one of "
                               f"{', '.join(GUIDE_WEIGHTINGS)}")
         if isinstance(self.gqr, Mapping):
             object.__setattr__(self, "gqr", GQRConfig.from_dict(dict(self.gqr)))
+        elif not isinstance(self.gqr, GQRConfig):
+            raise ConfigError(f"fusion gqr must be an object of GQR settings, got {self.gqr!r}")
 
     @property
     def union_retrievers(self) -> tuple[str, ...]:
@@ -136,9 +148,9 @@ class FusionConfig:
             raise ConfigError(f"fusion settings must be an object of settings, got {type(data).__name__}")
         check_fields(cls, data, "fusion")
         kw = dict(data)
-        if "gqr" in kw and isinstance(kw["gqr"], Mapping):
-            kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))
         try:
+            if "gqr" in kw and isinstance(kw["gqr"], Mapping):
+                kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))
             if isinstance(kw.get("retrievers"), list):
                 kw["retrievers"] = tuple(kw["retrievers"])
             return cls(**kw)

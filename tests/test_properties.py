@@ -358,3 +358,30 @@ def test_write_run_refuses_what_it_cannot_write_back(run):
             assert not (d / "run.trec").exists() and not (d / "run.trec.tmp").exists()
         else:
             assert load_run(path) == {q: docs for q, docs in run.items() if docs}
+
+
+# -- fusion options: any settings mapping is a valid config or a ConfigError, never another exception --------
+_fusion_value = st.one_of(st.none(), st.booleans(), st.integers(-3, 20_000), st.floats(allow_nan=True),
+                          st.text(max_size=6), st.lists(st.sampled_from(["dense", "sparse", "bm25", "x"]), max_size=3),
+                          st.dictionaries(st.sampled_from(["dense", "sparse", "bm25", "x", ""]),
+                                          st.one_of(st.floats(allow_nan=True), st.integers(-2, 3), st.text(max_size=2)),
+                                          max_size=3))
+_fusion_key = st.sampled_from(["method", "retrievers", "weights", "normalisation", "rrf_k", "depth", "guide",
+                               "guide_weighting", "gqr", "bogus"])
+
+
+@PROPS
+@given(data=st.dictionaries(_fusion_key, st.one_of(_fusion_value, st.sampled_from(
+    ["linear", "rrf", "gqr", "minmax", "zscore", "fixed", "agreement"])), max_size=6))
+def test_fusion_settings_are_a_config_or_a_config_error(data):
+    from hybridret.errors import ConfigError
+    from hybridret.hybrid import MAX_CANDIDATES, FusionConfig
+
+    try:
+        cfg = FusionConfig.from_dict(data)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert 1 <= cfg.depth <= MAX_CANDIDATES
+    assert all(isinstance(w, (int, float)) and w >= 0 for w in (cfg.weights or {}).values())
+    assert FusionConfig.from_dict(cfg.to_dict()) == cfg
