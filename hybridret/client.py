@@ -227,10 +227,11 @@ class Client:
         if not isinstance(with_text, bool):
             raise ConfigError(f"with_text must be true or false, got {with_text!r}")
         body: dict[str, Any] = {"k": k, "method": method, "with_text": with_text}
-        if isinstance(queries, str):
+        keep = [i for i, t in enumerate(texts) if t.strip()]  # blank queries get no hits, as in a Searcher
+        if len(keep) == 1 and isinstance(queries, str):
             body["query"] = queries
         else:
-            body["queries"] = texts
+            body["queries"] = [texts[i] for i in keep]
         if filter is not None:
             body["filter"] = dict(filter.spec) if isinstance(filter, Filter) else filter
             if not isinstance(filter, Filter):
@@ -241,7 +242,15 @@ class Client:
             body["fusion"] = _fusion_body(fusion)
         if candidates is not None:
             body["candidates"] = candidates
-        return RemoteHits.from_response(self._request("POST", "/search", body), k)
+        if keep:
+            data = self._request("POST", "/search", body)
+        else:  # nothing to search; the width follows the index, as a Searcher's does
+            data = {"method": method, "resolved": method, "results": [],
+                    "k": max(1, int(self.health().get("num_docs", k) or 0))}
+        found, searched = iter(data["results"]), set(keep)
+        data = {**data, "results": [next(found) if i in searched else {"query": t, "hits": []}
+                                    for i, t in enumerate(texts)]}
+        return RemoteHits.from_response(data, min(k, int(data.get("k", k))))
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")
@@ -309,8 +318,8 @@ def _fusion_body(fusion: Any) -> dict[str, Any]:
 def _documents(documents: Any) -> list[dict[str, Any]]:
     """Documents validated by the library's own rules (:func:`~hybridret.indexer.as_document`), as
     the server's JSON objects. A single document (a string, a mapping) is refused, never iterated."""
+    from .data import Document
     from .indexer import as_document
-    from .types import Document
 
     if isinstance(documents, (str, bytes, Mapping, Document)) or documents is None or \
             not hasattr(documents, "__iter__"):

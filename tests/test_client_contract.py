@@ -91,7 +91,7 @@ def test_bad_search_arguments_get_the_searchers_error(pair, args, kwargs):
 @pytest.mark.parametrize("docs,needle", [
     ("hello", "not a single str"),
     ({"id": "x", "text": "a single dict"}, "not a single dict"),
-    ([{"id": "x"}], r"documents\[0\] \(counting from 0\): missing field 'text'"),
+    ([{"id": "x"}], "documents[0] (counting from 0): missing field 'text'"),
     ([{"id": "x", "text": 5}], "documents[0]"),
     ([{"id": "x", "text": "t", "metadata": {"$bad": 1}}], "may not start with '$'"),
     (None, "iterable of documents"),
@@ -107,7 +107,7 @@ def test_bad_documents_are_refused_before_any_request(pair, docs, needle):
 
 def test_documents_take_every_form_the_library_takes(pair):
     searcher, client = pair
-    from hybridret.types import Document
+    from hybridret.data import Document
 
     out = client.add([("t1", "a tuple passage about volcanoes"), ("t2", "Title", "a titled tuple passage"),
                       Document(id="t3", text="a Document passage"), {"_id": 7, "text": "an integer id"}])

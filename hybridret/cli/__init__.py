@@ -86,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         stderr(f"hybridret: error: {error_line(exc)}")
         return 1
+    except MemoryError as exc:  # an environment fault, not a bug: say so in one line
+        if args.debug:
+            raise
+        stderr(f"hybridret: error: out of memory ({error_line(exc) or 'an allocation failed'}); ask for less "
+               "(-k, --batch-size, --chunk-size) or free memory")
+        return 1
     except KeyboardInterrupt:
         stderr("hybridret: interrupted")
         return 130
