@@ -81,7 +81,7 @@ def test_a_huge_batch_size_and_chunk_size_index_in_bounded_memory(tmp_path, smal
     assert proc.stdout.split()[-1] == "11"
 
 
-@pytest.mark.parametrize("method", ["dense", "bm25", "hybrid", "rrf"])
+@pytest.mark.parametrize("method", METHODS)
 def test_cli_search_with_a_huge_k(index, method):
     proc = subprocess.run([sys.executable, "-m", "hybridret", "search", str(index), "honey bees", "-k", str(HUGE),
                            "--method", method, "--json"], capture_output=True, text=True, env=ENV, cwd=REPO,
@@ -89,6 +89,18 @@ def test_cli_search_with_a_huge_k(index, method):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "d05" in proc.stdout  # the honey-bee passage is among the hits
+
+
+def test_cli_batch_search_with_huge_k_and_batch_size(index, tmp_path):
+    queries = tmp_path / "q.tsv"
+    queries.write_text("q1\thoney bees\nq2\tthe eiffel tower\n")
+    proc = subprocess.run([sys.executable, "-m", "hybridret", "search", str(index), "--queries", str(queries),
+                           "--batch-size", str(HUGE), "-k", str(HUGE), "--candidates", str(HUGE), "--trec",
+                           str(tmp_path / "run.trec")], capture_output=True, text=True, env=ENV, cwd=REPO, timeout=300,
+                          preexec_fn=limited)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = (tmp_path / "run.trec").read_text().splitlines()
+    assert len(lines) == 80  # every document for each query, nothing more
 
 
 def test_fused_depths_are_bounded_by_a_documented_limit():

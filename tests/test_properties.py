@@ -64,8 +64,9 @@ layout = st.fixed_dictionaries({"crlf": st.booleans(), "bom": st.booleans(), "gz
 
 # Unicode text without surrogates (hypothesis's default); includes tabs, newlines and whitespace.
 any_text = st.text(max_size=40)
-# An id the JSON readers keep: any string that is not blank.
-json_id = st.text(min_size=1, max_size=20).filter(lambda s: s.strip() != "")
+# An id the JSON readers keep: any string that is not blank and is one line (an index stores ids one
+# per line, run files and qrels are line-based; see test_ids_with_line_breaks_name_their_line).
+json_id = st.text(min_size=1, max_size=20).filter(lambda s: s.strip() != "" and "\n" not in s and "\r" not in s)
 # A field of a tab-separated line: no tab, line feed or carriage return.
 tsv_field = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categories=("Cs",)), max_size=30)
 # A TSV id: as above, non-empty, and no surrounding whitespace (the readers strip it).
@@ -103,6 +104,17 @@ def test_jsonl_corpus_round_trip(rows, shape, id_key, text_key, ascii_json):
         reader = CorpusReader(path)
         assert list(reader) == expected_docs(rows)
         assert reader.skipped_empty == len(rows) - len(expected_docs(rows))
+
+
+@PROPS
+@given(good=json_id, bad=st.text(max_size=8).map(lambda s: s + "\n") | st.text(max_size=8).map(lambda s: "\r" + s),
+       where=st.sampled_from(["corpus", "queries"]))
+def test_ids_with_line_breaks_name_their_line(good, bad, where):
+    lines = [json.dumps({"_id": good, "text": "fine"}), json.dumps({"_id": good + "x" + bad, "text": "t"})]
+    with scratch() as d:
+        path = encode_file(d / f"{where}.jsonl", lines, crlf=False, bom=False, gz=False)
+        with pytest.raises(CorpusFormatError, match=r"\.jsonl:2: field '_id' (holds a line break|is empty)"):
+            list(CorpusReader(path)) if where == "corpus" else load_queries(path)
 
 
 @PROPS
