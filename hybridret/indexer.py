@@ -36,7 +36,7 @@ from .index.metadata import MetadataError, check_metadata
 from .index.parts import PART_TYPES, TEXT, PartSpec
 from .index.segment import SEGMENT_FILE, SegmentWriter, text_key
 from .index.snapshot import Snapshot, open_snapshot
-from .index.storage import atomic_write_npy
+from .index.storage import atomic_write_json, atomic_write_npy
 
 __all__ = ["DEFAULT_SETTINGS", "IndexWriter", "Layout", "WriteResult", "as_document", "stored_values"]
 
@@ -479,7 +479,7 @@ class IndexWriter:
                 name = f"deleted-{number:08d}-{uuid.uuid4().hex[:8]}.npy"  # never the name of a live file
                 # marked pending until the commit names it: readers tell it from a newer commit's file
                 # (which an older manifest put back would hide, see Snapshot)
-                (snap.root / entry["name"] / (name + PENDING)).write_text(str(os.getpid()))
+                atomic_write_json(snap.root / entry["name"] / (name + PENDING), {"pid": os.getpid()})  # durable first
                 atomic_write_npy(snap.root / entry["name"] / name, rows.astype(np.int64))
                 entry["deleted"], entry["num_deleted"] = name, int(len(rows))
             out.append(entry)

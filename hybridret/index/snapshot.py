@@ -212,8 +212,8 @@ def verify_segments(root: Path, manifest: dict[str, Any], segments: list[Segment
                 continue
             raise IndexFormatError(f"{seg.root / f}: tombstones of commit {number}, newer than the commit {commit} of "
                                    f"{where}, which does not name them: the manifest was put back from an older copy? "
-                                   "(documents deleted since would come back); restore the newer manifest.json, or remove the file "
-                                   "if you know no commit wrote it")
+                                   "(documents deleted since would come back); restore the newer manifest.json, or "
+                                   "remove the file if you know no commit wrote it")
 
 
 def open_snapshot(root: str | Path, *, device: str | None = None, reuse: dict[str, Segment] | None = None,
