@@ -35,7 +35,7 @@ from .errors import (
 from .filters import Filter, FilterError
 from .types import Hit, MatchedTerm
 
-__all__ = ["AuthenticationError", "Client", "RemoteHits", "ServerError", "ServerUnavailableError"]
+__all__ = ["AuthenticationError", "Client", "ClientClosedError", "RemoteHits", "ServerError", "ServerUnavailableError"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ class AuthenticationError(ServerError, PermissionError):
 
 class ServerUnavailableError(HybridRetError, ConnectionError):
     """The server could not be reached, or did not answer in time."""
+
+
+class ClientClosedError(HybridRetError, RuntimeError):
+    """A request was made through a :class:`Client` after :meth:`Client.close`."""
 
 
 _BY_TYPE: dict[str, type[HybridRetError]] = {
@@ -126,15 +130,38 @@ def _hit(h: Mapping[str, Any]) -> Hit:
 
 class Client:
     """HTTP client of one ``hybridret serve`` server. Thread-safe (one connection pool); use it as a
-    context manager or call :meth:`close`."""
+    context manager or call :meth:`close`.
+
+    A drop-in for a :class:`~hybridret.searcher.Searcher`: arguments are checked here the way the
+    searcher checks them (the same :class:`ConfigError` / :class:`CorpusFormatError` before any
+    request), and a client pickles (as its URL, key and timeout; the copy opens its own
+    connections), so it goes wherever a searcher goes (worker processes, Ray tasks)."""
 
     def __init__(self, url: str = "http://127.0.0.1:8000", api_key: str | None = None, *, timeout: float = 60.0,
                  transport: Any = None) -> None:
         import httpx
 
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ConfigError(f"the server URL must start with http:// or https://, got {url!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ConfigError(f"timeout must be a positive number of seconds, got {timeout!r}")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.url = url.rstrip("/")
+        self._api_key = api_key
+        self._timeout = float(timeout)
+        self._custom_transport = transport is not None
+        self._closed = False
         self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout, transport=transport)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickles as the URL, the key and the timeout; the unpickled client connects anew."""
+        if self._custom_transport:
+            raise ConfigError("a Client made with a custom transport cannot be pickled (the transport stays in this "
+                              "process); make it with the server's URL only")
+        return {"url": self.url, "api_key": self._api_key, "timeout": self._timeout}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], state.get("api_key"), timeout=state.get("timeout", 60.0))  # type: ignore[misc]
 
     def __enter__(self) -> Client:
         return self
@@ -143,6 +170,7 @@ class Client:
         self.close()
 
     def close(self) -> None:
+        self._closed = True
         self._http.close()
 
     def __repr__(self) -> str:
@@ -152,6 +180,8 @@ class Client:
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         import httpx
 
+        if self._closed:
+            raise ClientClosedError(f"this client of {self.url} is closed; make a new Client")
         try:
             resp = self._http.request(method, path, json=body)
         except httpx.TimeoutException as exc:
@@ -183,19 +213,44 @@ class Client:
                filter: Filter | Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
                candidates: int | None = None, with_text: bool = True) -> RemoteHits:
         """As :meth:`Searcher.search` (the :class:`~hybridret.types.SearchBackend` signature, plus
-        ``with_text``): ``(len(queries), k)`` results, run on the server."""
+        ``with_text``): ``(len(queries), k)`` results, run on the server. The arguments are checked
+        as :meth:`Searcher.search` checks them (the method name by the server, which knows its
+        retrievers)."""
+        from .searcher import check_k, check_queries
+
+        texts = check_queries(queries)
+        k = check_k(k)
+        if not isinstance(method, str):
+            raise ConfigError(f"method must be a string, got {type(method).__name__}")
+        if candidates is not None:
+            candidates = check_k(candidates, "candidates")
+        if not isinstance(with_text, bool):
+            raise ConfigError(f"with_text must be true or false, got {with_text!r}")
         body: dict[str, Any] = {"k": k, "method": method, "with_text": with_text}
-        if isinstance(queries, str):
+        keep = [i for i, t in enumerate(texts) if t.strip()]  # blank queries get no hits, as in a Searcher
+        if len(keep) == 1 and isinstance(queries, str):
             body["query"] = queries
         else:
-            body["queries"] = list(queries)
+            body["queries"] = [texts[i] for i in keep]
         if filter is not None:
             body["filter"] = dict(filter.spec) if isinstance(filter, Filter) else filter
+            if not isinstance(filter, Filter):
+                from .filters import parse_filter
+
+                parse_filter(filter)  # the searcher's checks, here, before any request
         if fusion is not None:
-            body["fusion"] = fusion.to_dict() if hasattr(fusion, "to_dict") else dict(fusion)
+            body["fusion"] = _fusion_body(fusion)
         if candidates is not None:
             body["candidates"] = candidates
-        return RemoteHits.from_response(self._request("POST", "/search", body), k if isinstance(k, int) else 0)
+        if keep:
+            data = self._request("POST", "/search", body)
+        else:  # nothing to search; the width follows the index, as a Searcher's does
+            data = {"method": method, "resolved": method, "results": [],
+                    "k": max(1, int(self.health().get("num_docs", k) or 0))}
+        found, searched = iter(data["results"]), set(keep)
+        data = {**data, "results": [next(found) if i in searched else {"query": t, "hits": []}
+                                    for i, t in enumerate(texts)]}
+        return RemoteHits.from_response(data, min(k, int(data.get("k", k))))
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")
@@ -220,23 +275,25 @@ class Client:
     def get(self, ids: Iterable[str] | str) -> list[dict[str, Any] | None]:
         """Stored documents by id (``{"id", "title", "text", "metadata"}``; ``None`` where absent),
         as :meth:`hybridret.Searcher.get`."""
-        ids = [ids] if isinstance(ids, str) else list(ids)
+        ids = _check_ids(ids, strings_only=True)
         if not ids:
             return []
         return self._request("GET", "/documents?" + urlencode([("ids", i) for i in ids]))["documents"]
 
     # -- writes (each answered after its commit) --
     def add(self, documents: Iterable[Mapping[str, Any]], *, ttl: float | None = None) -> dict[str, Any]:
-        """Add documents (``{"id", "text", "title"?, "metadata"?}``); an existing id is an error.
-        ``ttl``: documents without an ``expires_at`` expire that many seconds from now."""
-        body: dict[str, Any] = {"documents": list(documents)}
+        """Add documents (``{"id", "text", "title"?, "metadata"?}``, :class:`~hybridret.types.Document`
+        or ``(id, text)`` / ``(id, title, text)``, checked as :meth:`HybridRetriever.add` checks
+        them); an existing id is an error. ``ttl``: documents without an ``expires_at`` expire that
+        many seconds from now."""
+        body: dict[str, Any] = {"documents": _documents(documents)}
         if ttl is not None:
             body["ttl"] = ttl
         return self._request("POST", "/documents", body)
 
     def upsert(self, documents: Iterable[Mapping[str, Any]], *, ttl: float | None = None) -> dict[str, Any]:
         """Add documents or replace those with the same ids (``ttl`` as in :meth:`add`)."""
-        body: dict[str, Any] = {"documents": list(documents), "upsert": True}
+        body: dict[str, Any] = {"documents": _documents(documents), "upsert": True}
         if ttl is not None:
             body["ttl"] = ttl
         return self._request("POST", "/documents", body)
@@ -253,7 +310,7 @@ class Client:
             raise ConfigError("delete needs ids or a filter (one of them, not both)")
         body: dict[str, Any] = {"ignore_missing": missing == "ignore"}
         if ids is not None:
-            body["ids"] = [ids] if isinstance(ids, str) else list(ids)
+            body["ids"] = _check_ids(ids)
         else:
             body["filter"] = filter if isinstance(filter, str) else dict(filter)
         if dry_run:
@@ -266,3 +323,52 @@ class Client:
 
     def compact(self) -> dict[str, Any]:
         return self._request("POST", "/compact")
+
+
+def _fusion_body(fusion: Any) -> dict[str, Any]:
+    """Fusion settings as the server takes them, checked as the searcher checks them."""
+    from .hybrid import FusionConfig
+
+    if isinstance(fusion, FusionConfig):
+        return fusion.to_dict()
+    if not isinstance(fusion, Mapping):
+        raise ConfigError(f"fusion must be a FusionConfig or a mapping of settings, got {type(fusion).__name__}")
+    FusionConfig.from_dict(fusion)
+    return dict(fusion)
+
+
+def _documents(documents: Any) -> list[dict[str, Any]]:
+    """Documents validated by the library's own rules (:func:`~hybridret.indexer.as_document`), as
+    the server's JSON objects. A single document (a string, a mapping) is refused, never iterated."""
+    from .data import Document
+    from .indexer import as_document
+
+    if isinstance(documents, (str, bytes, Mapping, Document)) or documents is None or \
+            not hasattr(documents, "__iter__"):
+        raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
+                                f"(id, text) tuples), not a single {type(documents).__name__}")
+    out = []
+    for i, item in enumerate(documents):
+        doc = as_document(item, i)
+        entry: dict[str, Any] = {"id": doc.id, "text": doc.text}
+        if doc.title:
+            entry["title"] = doc.title
+        if doc.metadata:
+            entry["metadata"] = dict(doc.metadata)
+        out.append(entry)
+    return out
+
+
+def _check_ids(ids: Any, *, strings_only: bool = False) -> list[str]:
+    """Document ids as the searcher and the writer take them: one id, or an iterable of ids."""
+    if isinstance(ids, str) or (not strings_only and isinstance(ids, int) and not isinstance(ids, bool)):
+        return [str(ids)]
+    if ids is None or isinstance(ids, (bytes, Mapping)) or not hasattr(ids, "__iter__"):
+        raise ConfigError(f"ids must be a string or a list of strings, got {type(ids).__name__}")
+    out = []
+    for i in ids:
+        ok = isinstance(i, str) or (not strings_only and isinstance(i, int) and not isinstance(i, bool))
+        if not ok:
+            raise ConfigError(f"document ids are strings, got {i!r}")
+        out.append(str(i))
+    return out

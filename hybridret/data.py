@@ -36,6 +36,7 @@ import os
 import re
 import stat
 import sys
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -123,19 +124,47 @@ def _display(path: Path) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
+WAIT_NOTICE_S = 3.0  # a named pipe with no writer (or no data) yet is reported after this long
+
+
+def _wait_notice(path: Path) -> threading.Timer | None:
+    """For a named pipe: a timer that says, once, that the read is waiting for a writer."""
+    try:
+        if str(path) == STDIN or not stat.S_ISFIFO(os.stat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    timer = threading.Timer(WAIT_NOTICE_S, logger.warning, ("waiting for input on %s (a named pipe: nothing has "
+                                                            "been written to it yet)", _display(path)))
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 @contextlib.contextmanager
 def _open_binary(path: Path) -> Iterator[IO[bytes]]:
     """``path`` opened for binary reading, decompressed when it is gzip (by suffix or magic bytes)."""
-    if str(path) == STDIN:
-        raw: IO[bytes] = sys.stdin.buffer
-        owned = contextlib.nullcontext(raw)
-    else:
-        raw = open(path, "rb")
-        owned = raw  # type: ignore[assignment]
-    with owned:
+    notice = _wait_notice(path)
+    try:
+        if str(path) == STDIN:
+            raw: IO[bytes] = sys.stdin.buffer
+            owned = contextlib.nullcontext(raw)
+        else:
+            raw = open(path, "rb")  # a named pipe blocks here until a writer opens it
+            owned = raw  # type: ignore[assignment]
         if not isinstance(raw, io.BufferedReader):
             raw = io.BufferedReader(raw)  # type: ignore[arg-type]
-        gz = path.name.lower().endswith(".gz") or raw.peek(2)[:2] == _GZIP_MAGIC
+        try:
+            magic = raw.peek(2)[:2]  # ... and here until it writes
+        except BaseException:
+            if str(path) != STDIN:
+                raw.close()
+            raise
+    finally:
+        if notice is not None:
+            notice.cancel()
+    with owned:
+        gz = path.name.lower().endswith(".gz") or magic == _GZIP_MAGIC
         if gz:
             with gzip.GzipFile(fileobj=raw, mode="rb") as fh:
                 yield fh  # type: ignore[misc]
@@ -221,6 +250,9 @@ def _coerce_id(value: Any, field: str, path: Path, line: int) -> str:
     out = str(value)
     if not out.strip():
         raise CorpusFormatError(f"field {field!r} is empty", path=_display(path), line=line, field=field)
+    if "\n" in out or "\r" in out:
+        raise CorpusFormatError(f"field {field!r} holds a line break ({out!r}); an id is one line",
+                                path=_display(path), line=line, field=field)
     return _check_encodable(out, field, path, line)
 
 
@@ -229,18 +261,30 @@ def _parse_json_object(text: str, path: Path, line: int) -> dict[str, Any]:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
         raise CorpusFormatError(
-            f"invalid JSON ({exc.msg} at column {exc.colno})", path=_display(path), line=line
-        ) from None
+            f"invalid JSON ({exc.msg} at column {exc.colno}){_json_lines_hint(text, line)}", path=_display(path),
+            line=line) from None
     except ValueError as exc:  # e.g. an integer with more digits than int() accepts
         raise CorpusFormatError(f"invalid JSON ({exc})", path=_display(path), line=line) from None
     except RecursionError:
         raise CorpusFormatError("invalid JSON (nested too deeply)", path=_display(path), line=line) from None
     if not isinstance(obj, dict):
+        hint = ("; this looks like a JSON array: JSON Lines holds one object per line (convert with "
+                "jq -c '.[]' FILE)") if isinstance(obj, list) else ""
         raise CorpusFormatError(
-            f"expected a JSON object per line (JSON Lines), got {type(obj).__name__}",
+            f"expected a JSON object per line (JSON Lines), got {type(obj).__name__}{hint}",
             path=_display(path), line=line,
         )
     return obj
+
+
+def _json_lines_hint(text: str, line: int) -> str:
+    """A hint for the first line of a pretty-printed JSON document (``[`` or ``{`` alone)."""
+    head = text.strip()
+    if line == 1 and head in ("[", "{", "[{", "[ {"):
+        what = "a JSON array" if head.startswith("[") else "a JSON object spread over several lines"
+        return (f"; this looks like {what}: the input must be JSON Lines, one object per line "
+                "(convert with jq -c '.[]' FILE)")
+    return ""
 
 
 def _json_id(obj: dict[str, Any], path: Path, line: int) -> str:
@@ -270,6 +314,7 @@ def _json_str(obj: dict[str, Any], keys: tuple[str, ...], path: Path, line: int,
     return ""
 
 
+_QUOTED_TAB = re.compile(r'(?:^|\t)"[^"\t]*\t[^"]*"(?:\t|$)')  # a field in quotes that holds a tab
 _DOC_FIELDS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
 
 
@@ -426,6 +471,7 @@ class CorpusReader:
             self.file = self.path
         self.n_read = 0
         self.skipped_empty = 0
+        self.quoted_tabs = 0  # TSV lines where a "quoted" field holds a tab (warned about)
 
     def __repr__(self) -> str:
         return f"CorpusReader({str(self.path)!r}, format={self.format!r}, on_empty={self.on_empty!r})"
@@ -441,6 +487,7 @@ class CorpusReader:
     def _iter_docs(self) -> Iterator[Document]:
         self.n_read = 0
         self.skipped_empty = 0
+        self.quoted_tabs = 0
         seen: dict[str, int] = {}
         first_empty: int | None = None
         path = self.file
@@ -472,6 +519,9 @@ class CorpusReader:
                 continue
             self.n_read += 1
             yield doc
+        if self.quoted_tabs > 1:
+            logger.warning('%d lines of %s have a "quoted" field holding a tab (split at the tab)', self.quoted_tabs,
+                           name)
         if self.skipped_empty:
             logger.warning(
                 "skipped %d empty documents in %s (first at line %d)",
@@ -488,11 +538,19 @@ class CorpusReader:
 
     def _parse_tsv(self, text: str, lineno: int, first: bool = False) -> Document | None:
         cols = text.split("\t")
+        quoted = '"' in text and _QUOTED_TAB.search(text) is not None
         if len(cols) not in (2, 3):
+            hint = ('; a "quoted" field holds a tab, but TSV has no quoting here (replace tabs inside fields by '
+                    'spaces)') if quoted else ""
             raise CorpusFormatError(
-                f"expected 2 columns (id, text) or 3 columns (id, title, text), got {len(cols)}",
+                f"expected 2 columns (id, text) or 3 columns (id, title, text), got {len(cols)}{hint}",
                 path=_display(self.file), line=lineno,
             )
+        if quoted:
+            self.quoted_tabs += 1
+            if self.quoted_tabs == 1:
+                logger.warning('%s:%d: a "quoted" field holds a tab; TSV has no quoting here, so the tab splits '
+                               "the field (replace tabs inside fields by spaces)", _display(self.file), lineno)
         doc_id = cols[0].strip()
         if first and doc_id.lower() in _DOC_HEADER_IDS:
             return None
@@ -578,6 +636,21 @@ def _parse_int(value: str) -> int | None:
     return int(value)
 
 
+_QRELS_HEADER_WORDS = frozenset({"score", "grade", "relevance", "rel", "label", "judgment", "judgement"})
+
+
+def _qrels_header(cols: list[str]) -> bool:
+    """Whether a qrels file's first line is a header (``query-id corpus-id score``): its last column
+    is no number and it names columns; a data line (even the only one) is never dropped."""
+    last = cols[-1]
+    try:
+        float(last)
+        return False
+    except ValueError:
+        pass
+    return cols[0].lower() in _QUERY_HEADER_IDS or last.lower() in _QRELS_HEADER_WORDS
+
+
 def load_qrels(path: PathLike, *, max_line_bytes: int | None = None) -> dict[str, dict[str, int]]:
     """Load relevance judgments as ``{qid: {docid: grade}}``.
 
@@ -585,10 +658,12 @@ def load_qrels(path: PathLike, *, max_line_bytes: int | None = None) -> dict[str
     ``qid iteration docid grade``; MS MARCO ``qrels.*.tsv``). Lines that contain a tab are split
     on tabs only, so ids may contain spaces (BEIR's LIMIT uses people's names); other lines are
     split on any whitespace (TREC qrels). The column count
-    must be the same on every line. A first line whose last column is not an integer is taken as
-    a header and skipped. Grades are kept as given, including 0 and negatives; they must be
-    ASCII integers in the 32-bit range trec_eval uses. An exact repeated judgment is ignored (with
-    one warning); a conflicting repeat is an error. ``"-"`` reads standard input.
+    must be the same on every line. A first line that names columns (its last column is no
+    number, and it starts with a query-id name such as ``query-id`` / ``qid`` or ends with
+    ``score`` / ``relevance``) is a header and skipped; any other line is data. Grades are kept as
+    given, including 0 and negatives; they must be ASCII integers in the 32-bit range trec_eval
+    uses. An exact repeated judgment is ignored (with one warning); a conflicting repeat is
+    an error. ``"-"`` reads standard input.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -608,7 +683,7 @@ def load_qrels(path: PathLike, *, max_line_bytes: int | None = None) -> dict[str
             continue
         if first_data:
             first_data = False
-            if _parse_int(cols[-1]) is None:
+            if _qrels_header(cols):
                 logger.debug("treating line %d of %s as a header: %r", lineno, name, text)
                 continue
         if len(cols) not in (3, 4):

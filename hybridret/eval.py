@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from .errors import ConfigError
 
-__all__ = ["DEFAULT_METRICS", "evaluate", "per_query", "run_from_hits", "run_from_rows"]
+__all__ = ["DEFAULT_METRICS", "Coverage", "evaluate", "judgment_coverage", "per_query", "run_from_hits",
+           "run_from_rows", "warn_coverage"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_METRICS = ("ndcg@10", "mrr@10", "recall@100")
 _PATTERN = re.compile(r"^(ndcg|mrr|recall|precision|map)(?:@(\d+))?$")
@@ -90,3 +95,68 @@ def run_from_rows(rows: np.ndarray, doc_ids: np.ndarray, query_ids: Sequence[str
 def run_from_hits(hits: Any, query_ids: Sequence[str]) -> dict[str, dict[str, float]]:
     """A run from :class:`~hybridret.types.Hits` (see :func:`run_from_rows`)."""
     return _ranked_run([hits.ids[i][hits.rows[i] >= 0] for i in range(len(hits))], query_ids)
+
+
+@dataclass
+class Coverage:
+    """How well judgments and an index fit a set of queries (:func:`judgment_coverage`).
+
+    ``unjudged``: query ids without any judgment (left out of every mean); ``judged_missing``:
+    judged documents (any grade) that are not in the index; ``relevant`` / ``relevant_missing``:
+    the judgments at or above the relevance level, and those naming documents absent from the
+    index (they can never be retrieved: recall and nDCG are capped below 1);
+    ``queries_without_relevant``: judged queries none of whose relevant documents are in the index
+    (they score 0 whatever the method)."""
+
+    queries: int = 0
+    unjudged: list[str] = field(default_factory=list)
+    judged: int = 0
+    judged_missing: int = 0
+    relevant: int = 0
+    relevant_missing: int = 0
+    queries_without_relevant: list[str] = field(default_factory=list)
+
+
+def judgment_coverage(qrels: Mapping[str, Mapping[str, int]], query_ids: Iterable[str],
+                      contains: Callable[[str], bool], *, relevance_level: int = 1) -> Coverage:
+    """Count what an evaluation of ``query_ids`` against ``qrels`` cannot see: queries without
+    judgments and judged documents that ``contains`` (``doc_id in index``) says are not indexed."""
+    out = Coverage()
+    for qid in query_ids:
+        out.queries += 1
+        docs = qrels.get(qid) or {}
+        if not docs:
+            out.unjudged.append(qid)
+            continue
+        found_relevant = had_relevant = False
+        for doc_id, grade in docs.items():
+            present = bool(contains(doc_id))
+            out.judged += 1
+            out.judged_missing += not present
+            if grade >= relevance_level:
+                had_relevant = True
+                out.relevant += 1
+                out.relevant_missing += not present
+                found_relevant = found_relevant or present
+        if had_relevant and not found_relevant:
+            out.queries_without_relevant.append(qid)
+    return out
+
+
+def warn_coverage(cov: Coverage, *, queries: str = "the queries", qrels: str = "the qrels",
+                  index: str = "the index") -> list[str]:
+    """Log (and return) one warning per gap :func:`judgment_coverage` found, with counts."""
+    lines = []
+    if cov.unjudged:
+        shown = ", ".join(repr(q) for q in cov.unjudged[:3]) + (" ..." if len(cov.unjudged) > 3 else "")
+        lines.append(f"{len(cov.unjudged)} of {cov.queries} queries in {queries} have no judgments in {qrels} and "
+                     f"are not scored ({shown})")
+    if cov.relevant_missing:
+        lines.append(f"{cov.relevant_missing} of {cov.relevant} relevant judgments in {qrels} name documents that "
+                     f"are not in {index} (they can never be retrieved, so the scores understate any method); "
+                     f"{len(cov.queries_without_relevant)} queries have no relevant document in the index at all")
+    elif cov.judged_missing:
+        lines.append(f"{cov.judged_missing} of {cov.judged} judged documents in {qrels} are not in {index}")
+    for line in lines:
+        logger.warning("%s", line)
+    return lines

@@ -31,12 +31,13 @@ import numpy as np
 from .errors import ConfigError
 from .index.metadata import MAX_INT, Column, MetadataColumns
 
-__all__ = ["Filter", "FilterError", "parse_filter"]
+__all__ = ["MAX_IN_VALUES", "Filter", "FilterError", "parse_filter"]
 
 _FIELD_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
 _RANGE = ("$gt", "$gte", "$lt", "$lte")
 _MAX_NODES = 1024
 _MAX_DEPTH = 32
+MAX_IN_VALUES = 10_000  # values of one $in / $nin list: each is compared with the column once
 
 
 class FilterError(ConfigError):
@@ -84,6 +85,9 @@ def _parse_field(path: str, spec: Any, where: str) -> list[Node]:
         if op in ("$in", "$nin"):
             if not isinstance(value, (list, tuple)):
                 raise FilterError(f"{at}: expected a list of values")
+            if len(value) > MAX_IN_VALUES:
+                raise FilterError(f"{at}: {len(value)} values; a list holds at most {MAX_IN_VALUES} "
+                                  "(hybridret.filters.MAX_IN_VALUES; group documents under a metadata field instead)")
             value = tuple(_scalar(v, f"{at}[{i}]") for i, v in enumerate(value))
         elif op == "$exists":
             if not isinstance(value, bool):

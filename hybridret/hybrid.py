@@ -31,12 +31,32 @@ if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
     from .index.snapshot import Snapshot
 
-__all__ = ["FUSERS", "FUSION_CHUNK", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS",
+__all__ = ["FUSERS", "FUSION_CHUNK", "MAX_CANDIDATES", "FUSION_METHODS", "GUIDE_WEIGHTINGS", "HYBRID_DEFAULT", "RETRIEVERS",
            "Candidates", "FusedRows", "Fuser", "FusionConfig", "fuse", "fuse_linear", "fuse_rrf",
            "gather_candidates", "gather_lists", "prepare_all", "select"]
 
 GUIDE_WEIGHTINGS = ("fixed", "agreement")
 FUSION_CHUNK = 256  # queries fused at a time: bounds GQR's (queries, candidates, dim) block
+MAX_CANDIDATES = 10_000
+"""The most candidates a fused method takes from each retriever (its ``depth``, ``candidates``, and
+so the largest ``k`` a fused search ranks): fusion scores every candidate exactly, with its vector."""
+
+
+def _weights(value: Any, what: str, retrievers: tuple[str, ...] | None = None) -> None:
+    """Refuse a weight table that is not ``{retriever name: finite number >= 0}``."""
+    import math
+
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"fusion {what} must map retriever names to numbers, e.g. {{\"dense\": 0.5, "
+                          f"\"sparse\": 0.5}}; got {value!r}")
+    for name, w in value.items():
+        if not isinstance(name, str) or name not in REGISTRY:
+            raise ConfigError(f"fusion {what}: unknown retriever {name!r}; expected some of {', '.join(REGISTRY)}")
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ConfigError(f"fusion {what}[{name!r}] must be a finite number >= 0, got {w!r}")
+        if retrievers is not None and name not in retrievers:
+            raise ConfigError(f"fusion {what} names {name!r}, which is not among the fused retrievers "
+                              f"{list(retrievers)}")
 
 
 @dataclass(frozen=True)
@@ -67,23 +87,46 @@ class FusionConfig:
     guide_weighting: str = "fixed"
 
     def __post_init__(self) -> None:
-        if self.method not in FUSION_METHODS:
+        import math
+
+        from .fusion import NORMALISATIONS
+
+        if not isinstance(self.method, str) or self.method not in FUSION_METHODS:
             raise ConfigError(f"unknown fusion method {self.method!r}; expected one of {', '.join(FUSION_METHODS)}")
+        if isinstance(self.retrievers, (str, bytes, Mapping)) or not isinstance(self.retrievers, (list, tuple)):
+            raise ConfigError(f"fusion retrievers must be a list of retriever names, got {self.retrievers!r}")
         object.__setattr__(self, "retrievers", tuple(self.retrievers))
-        bad = [r for r in (*self.retrievers, *self.guide, *(self.weights or {})) if r not in REGISTRY]
+        if not self.retrievers and self.method != "gqr":
+            raise ConfigError(f"fusion retrievers is empty; {self.method} fusion needs at least one retriever, "
+                              f"e.g. [\"dense\", \"sparse\"] (some of {', '.join(REGISTRY)})")
+        bad = [r for r in self.retrievers if not isinstance(r, str) or r not in REGISTRY]
         if bad:
-            raise ConfigError(f"unknown retrievers {bad}; expected some of {', '.join(REGISTRY)}")
-        if self.depth < 1:
-            raise ConfigError(f"fusion depth must be positive, got {self.depth}")
+            raise ConfigError(f"unknown retrievers {bad} in fusion retrievers; expected some of {', '.join(REGISTRY)}")
+        if self.weights is not None:
+            _weights(self.weights, "weights", self.retrievers)
+        _weights(self.guide, "guide")
+        if isinstance(self.depth, bool) or not isinstance(self.depth, (int, np.integer)):
+            raise ConfigError(f"fusion depth must be an integer, got {self.depth!r}")
+        if not 1 <= self.depth <= MAX_CANDIDATES:
+            raise ConfigError(f"fusion depth must be between 1 and {MAX_CANDIDATES} "
+                              f"(hybridret.hybrid.MAX_CANDIDATES), got {self.depth}")
+        if not isinstance(self.normalisation, str) or self.normalisation not in NORMALISATIONS:
+            raise ConfigError(f"unknown fusion normalisation {self.normalisation!r}; expected one of "
+                              f"{', '.join(NORMALISATIONS)}")
+        if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, (int, float)) or not math.isfinite(self.rrf_k) \
+                or self.rrf_k <= 0:
+            raise ConfigError(f"fusion rrf_k must be a finite number > 0, got {self.rrf_k!r}")
         if self.method == "gqr" and not self.guide:
             raise ConfigError("GQR needs at least one guide retriever (sparse and/or bm25)")
         if self.method == "gqr" and "dense" in self.guide:
             raise ConfigError("GQR optimises the dense query: dense cannot also be its guide")
-        if self.guide_weighting not in GUIDE_WEIGHTINGS:
+        if not isinstance(self.guide_weighting, str) or self.guide_weighting not in GUIDE_WEIGHTINGS:
             raise ConfigError(f"unknown guide_weighting {self.guide_weighting!r}; expected one of "
                               f"{', '.join(GUIDE_WEIGHTINGS)}")
         if isinstance(self.gqr, Mapping):
             object.__setattr__(self, "gqr", GQRConfig.from_dict(dict(self.gqr)))
+        elif not isinstance(self.gqr, GQRConfig):
+            raise ConfigError(f"fusion gqr must be an object of GQR settings, got {self.gqr!r}")
 
     @property
     def union_retrievers(self) -> tuple[str, ...]:
@@ -101,12 +144,14 @@ class FusionConfig:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FusionConfig:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"fusion settings must be an object of settings, got {type(data).__name__}")
         check_fields(cls, data, "fusion")
         kw = dict(data)
-        if "gqr" in kw and isinstance(kw["gqr"], Mapping):
-            kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))
         try:
-            if "retrievers" in kw:
+            if "gqr" in kw and isinstance(kw["gqr"], Mapping):
+                kw["gqr"] = GQRConfig.from_dict(dict(kw["gqr"]))
+            if isinstance(kw.get("retrievers"), list):
                 kw["retrievers"] = tuple(kw["retrievers"])
             return cls(**kw)
         except TypeError as exc:  # e.g. {"depth": "a"}: a setting of the wrong type

@@ -15,6 +15,7 @@ rebuilds and resumed builds. Compaction re-encodes nothing.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -31,13 +32,13 @@ from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, Index
 from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, parse_expiry
 from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
-from .index.manifest import MANIFEST, commit, names, new_segment, read_manifest
+from .index.manifest import MANIFEST, PENDING, check_lineage, commit, names, new_segment, read_manifest
 from .index.metadata import MetadataError, check_metadata
 from .index.parents import chunk_rows
 from .index.parts import PART_TYPES, TEXT, PartSpec
 from .index.segment import SEGMENT_FILE, SegmentWriter, text_key
 from .index.snapshot import Snapshot, open_snapshot
-from .index.storage import atomic_write_npy
+from .index.storage import atomic_write_json, atomic_write_npy
 
 __all__ = ["DEFAULT_SETTINGS", "IndexWriter", "Layout", "WriteResult", "as_document", "stored_values"]
 
@@ -105,7 +106,7 @@ def as_document(item: Any, position: int, *, allow_bare: bool = False) -> Docume
     and ``"metadata"`` (other fields join the metadata, as in JSONL corpora), or an ``(id, text)`` /
     ``(id, title, text)`` tuple. Bare strings (auto ids) only where ``allow_bare``. The rules and
     messages are those of the corpus readers; nothing is coerced to a string silently."""
-    where = f"document #{position}"
+    where = f"documents[{position}] (counting from 0)"
     if isinstance(item, Document):
         doc_id, text, title, meta = item.id, item.text, item.title, item.metadata
     elif isinstance(item, str):
@@ -160,15 +161,42 @@ def as_document(item: Any, position: int, *, allow_bare: bool = False) -> Docume
     return Document(id=doc_id, text=text, title=title, metadata=meta)
 
 
+_SPARSE_SCHEMES = {"impact": None, "tfgrid": None, "planes": (2, 16), "buckets": (2, 64)}
+
+
+def check_settings(settings: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse index settings that cannot take effect, naming the setting as the user gave it."""
+    scheme = settings.get("sparse_scheme")
+    if scheme not in _SPARSE_SCHEMES:
+        raise ConfigError(f"sparse_scheme {scheme!r} is unknown; expected one of {', '.join(_SPARSE_SCHEMES)}")
+    bits = settings.get("sparse_bits")
+    if isinstance(bits, bool) or not isinstance(bits, int):
+        raise ConfigError(f"sparse_bits must be an integer, got {bits!r}")
+    span = _SPARSE_SCHEMES[scheme]
+    if span is None:
+        if "sparse_bits" in given and bits != DEFAULT_SETTINGS["sparse_bits"]:
+            raise ConfigError(f"sparse_bits={bits} applies only to the format-1 sparse schemes 'planes' and "
+                              f"'buckets'; sparse_scheme {scheme!r} has no bit setting (leave sparse_bits out)")
+    elif not span[0] <= bits <= span[1]:
+        what = "bit planes" if scheme == "planes" else "weight buckets"
+        raise ConfigError(f"sparse_bits={bits}: sparse_scheme {scheme!r} takes {span[0]} to {span[1]} {what} per term")
+
+
 class IndexWriter:
     """The one writer of an index directory (created if absent). ``encoder`` is a loaded encoder
-    or a callable returning one (called only when something must be encoded)."""
+    or a callable returning one (called only when something must be encoded). ``expect``: the
+    manifest the caller loaded; the writer then refuses an index folder that is gone, replaced by
+    another index, or whose manifest does not descend from that commit
+    (:func:`~hybridret.index.manifest.check_lineage`), instead of writing a new index there."""
 
     def __init__(self, root: str | Path, *, encoder: Encoder | Callable[[], Encoder] | None = None,
                  encoder_config: dict[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
-                 device: str | None = None, clock: Clock | None = None) -> None:
+                 device: str | None = None, clock: Clock | None = None,
+                 expect: Mapping[str, Any] | None = None) -> None:
         self.root = Path(root)
         self.clock = check_clock(clock)  # "now" for expiry and ttl=
+        if expect is not None and not (self.root / MANIFEST).is_file():  # before the lock makes the folder
+            check_lineage(self.root, None, dict(expect))
         self.device = device
         self._encoder = encoder if isinstance(encoder, Encoder) else None
         self._encoder_factory = None if isinstance(encoder, Encoder) else encoder
@@ -176,6 +204,8 @@ class IndexWriter:
         self.lock = WriterLock(self.root)
         try:
             self.manifest: dict[str, Any] | None = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
+            if expect is not None:
+                check_lineage(self.root, self.manifest, dict(expect))
         except BaseException:
             self.lock.release()
             raise
@@ -187,6 +217,7 @@ class IndexWriter:
             if unknown:
                 raise ConfigError(f"unknown index settings: {sorted(unknown)}")
             base.update(settings)
+            check_settings(base, settings)
         self.settings = base
         self.given_config = encoder_config
         self.encoder_config = (self.manifest or {}).get("encoder") or encoder_config
@@ -225,8 +256,26 @@ class IndexWriter:
         })
         body.update(extra)
         body["components"] = _components(self.root, segments) or prev.get("components", {})
-        self.manifest = commit(self.root, body, previous=self.manifest)
+        try:
+            self.manifest = commit(self.root, body, previous=self.manifest)
+        except BaseException:
+            self._drop_pending(segments)
+            raise
         return int(self.manifest["commit"])
+
+    def _drop_pending(self, segments: list[dict[str, Any]]) -> None:
+        """After a failed commit: remove the tombstone files it would have named (unless a commit did)."""
+        try:
+            live = read_manifest(self.root)
+        except Exception:
+            live = {"segments": []}
+        named = {(e.get("name"), e.get("deleted")) for e in live.get("segments", [])}
+        for seg in segments:
+            name = seg.get("deleted")
+            marker = self.root / seg["name"] / f"{name}{PENDING}"
+            if name and marker.exists() and (seg["name"], name) not in named:
+                (self.root / seg["name"] / name).unlink(missing_ok=True)
+                marker.unlink(missing_ok=True)
 
     def commit_fields(self, fields: Mapping[str, Any]) -> int:
         """Commit the current segments with manifest ``fields`` changed (e.g. the stored fusion)."""
@@ -513,6 +562,9 @@ class IndexWriter:
             if dead.get(i):
                 rows = np.union1d(snap.deleted[i], np.asarray(dead[i], dtype=np.int64))
                 name = f"deleted-{number:08d}-{uuid.uuid4().hex[:8]}.npy"  # never the name of a live file
+                # marked pending until the commit names it: readers tell it from a newer commit's file
+                # (which an older manifest put back would hide, see Snapshot)
+                atomic_write_json(snap.root / entry["name"] / (name + PENDING), {"pid": os.getpid()})  # durable first
                 atomic_write_npy(snap.root / entry["name"] / name, rows.astype(np.int64))
                 entry["deleted"], entry["num_deleted"] = name, int(len(rows))
             out.append(entry)

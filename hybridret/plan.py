@@ -30,21 +30,26 @@ import numpy as np
 import scipy.sparse as sp
 
 from .errors import ConfigError
-from .hybrid import FUSION_CHUNK, HYBRID_DEFAULT, Candidates, FusionConfig, fuse, gather_candidates, prepare_all
+from .hybrid import FUSION_CHUNK, HYBRID_DEFAULT, MAX_CANDIDATES, Candidates, FusionConfig, fuse, gather_candidates, prepare_all
 from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
     from .index.snapshot import Snapshot
 
-__all__ = ["CandidateSource", "PlanResult", "SearchPlan", "SnapshotSource", "default_fusion", "execute", "fused_search",
-           "fused_plan", "plan_search", "run_plan", "runnable"]
+__all__ = ["FUSION_BUDGET_BYTES", "MAX_CANDIDATES", "CandidateSource", "PlanResult", "SearchPlan", "SnapshotSource",
+           "default_fusion", "execute", "fused_plan", "fused_search", "fusion_chunk", "plan_search", "run_plan",
+           "runnable"]
 
 logger = logging.getLogger(__name__)
 
 _COMPONENT = {"dense": "dense", "sparse": "learned-sparse", "bm25": "BM25"}  # names in "has no X component"
 
 Encode = Callable[[list[str], set[str]], QueryBatch]
+
+FUSION_BUDGET_BYTES = 256 << 20
+"""About how much a chunk of fused queries may hold in candidate vectors: deep candidate lists are
+fused fewer queries at a time (down to one), so memory follows the result, never the batch."""
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,7 @@ def default_fusion(method: str = "hybrid", fusion: FusionConfig | Mapping[str, A
 def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping[str, bool],
                 stored_fusion: Mapping[str, Any] | None = None, fusion: FusionConfig | Mapping[str, Any] | None = None,
                 candidates: int | None = None, filt: Filter | None = None, require: bool = True,
-                where: str = "this index") -> SearchPlan:
+                where: str = "this index", num_docs: int | None = None) -> SearchPlan:
     """The plan of one search, from arguments already validated
     (:func:`~hybridret.searcher.check_search`) and what the index can run: ``available`` (per
     retriever, see :func:`runnable`) and the ``fusion`` setting stored in its manifest or layout
@@ -144,7 +149,16 @@ def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping
     stored or default fusion, or the one retriever there is); ``candidates`` overrides a fused
     method's per-retriever depth. A retriever the plan uses that is not available raises
     :class:`ConfigError` ("``where`` has no ... component"), unless ``require`` is false (an index
-    with no rows, which returns no hits whatever the method)."""
+    with no rows, which returns no hits whatever the method).
+
+    ``num_docs`` (the live documents searched) bounds the work: ``k`` and every depth beyond it
+    are cut to it (a list can hold no more), so memory follows the result, never the argument; a
+    fused method ranks at most :data:`MAX_CANDIDATES` per retriever (a larger ``k`` or
+    ``candidates`` is a :class:`ConfigError`)."""
+    if num_docs is not None:
+        k = min(k, max(int(num_docs), 1))
+        if candidates is not None:
+            candidates = min(candidates, max(int(num_docs), 1))
     cfg = None
     single = method if method in REGISTRY else None
     if single is None:
@@ -159,11 +173,23 @@ def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping
             if not available.get(name, False):
                 raise ConfigError(f"{where} has no {_COMPONENT.get(name, name)} component")
     label = method if method != "hybrid" else f"hybrid:{cfg.method if cfg else single}"
+    depth = k
+    if cfg is not None:
+        if num_docs is not None and cfg.depth > num_docs:
+            cfg = cfg.with_(depth=max(int(num_docs), 1))
+        if candidates is not None and candidates > MAX_CANDIDATES:
+            raise ConfigError(f"candidates is {candidates}; a fused method takes at most {MAX_CANDIDATES} per "
+                              "retriever (hybridret.plan.MAX_CANDIDATES)")
+        if k > MAX_CANDIDATES:
+            raise ConfigError(f"k is {k}; method {method!r} fuses at most {MAX_CANDIDATES} candidates per retriever "
+                              "(hybridret.plan.MAX_CANDIDATES): ask for fewer, or use one retriever "
+                              "(method='dense', 'sparse' or 'bm25') for a deeper list")
+        depth = max(k, cfg.depth)
     return SearchPlan(
         texts=tuple(texts), keep=tuple(i for i, t in enumerate(texts) if t.strip()), k=k, method=method, label=label,
         single=single, fusion=cfg, retrievers=used,
         needs=frozenset(REGISTRY[u].needs for u in used) - {"text"},
-        depth=k if single else max(k, cfg.depth), filter=filt,  # type: ignore[union-attr]
+        depth=depth, filter=filt,
         stats=tuple(u for u in used if REGISTRY[u].global_stats), vectors=cfg is not None and cfg.method == "gqr")
 
 
@@ -255,6 +281,13 @@ class SnapshotSource(CandidateSource):
 
 
 # -- execution -----------------------------------------------------------------------------------------
+def fusion_chunk(plan: SearchPlan) -> int:
+    """Queries fused at a time: :data:`~hybridret.hybrid.FUSION_CHUNK`, fewer when the candidate
+    lists are deep (their vectors, up to 1024 dims assumed, stay within :data:`FUSION_BUDGET_BYTES`)."""
+    per_query = max(len(plan.retrievers), 1) * max(plan.depth, 1) * 1024 * 4
+    return max(1, min(FUSION_CHUNK, FUSION_BUDGET_BYTES // per_query))
+
+
 def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
             ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Run ``plan`` on encoded queries ``q`` (one per entry of ``plan.keep``): rows ``(len(q), k)``,
@@ -262,7 +295,7 @@ def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
     candidates gathered from ``source`` and :func:`~hybridret.hybrid.fuse`, a
     :data:`~hybridret.hybrid.FUSION_CHUNK` of queries at a time (memory bounded for any batch)."""
     k = plan.k
-    step = (source.top_chunk or max(len(q), 1)) if plan.single else FUSION_CHUNK
+    step = (source.top_chunk or max(len(q), 1)) if plan.single else fusion_chunk(plan)
     parts = []
     for a in range(0, len(q), step):
         sub = q if step >= len(q) else q.slice(a, a + step)

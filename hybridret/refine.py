@@ -67,6 +67,16 @@ class GQRConfig:
     final_guide: float = 0.0
 
     def __post_init__(self) -> None:
+        import math
+
+        for name in ("alpha", "t_dense", "t_guide", "lr", "final_guide"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"GQR {name} must be a finite number, got {value!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int):
+            raise ConfigError(f"GQR steps must be an integer, got {self.steps!r}")
+        if not isinstance(self.final, str) or not isinstance(self.guide_norm, str):
+            raise ConfigError(f"GQR final and guide_norm are names, got {self.final!r} and {self.guide_norm!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ConfigError(f"GQR alpha must be in [0, 1], got {self.alpha}")
         if self.t_dense <= 0 or self.t_guide <= 0:
@@ -87,6 +97,8 @@ class GQRConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GQRConfig:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"GQR settings must be an object of settings, got {type(data).__name__}")
         check_fields(cls, data, "GQR")
         return cls(**data)
 

@@ -145,6 +145,10 @@ class HybridRetriever:
         return IndexWriter(root, encoder=self._slot.get, encoder_config=self._slot.config,
                            device=self.device, clock=self.clock, **kw)
 
+    def _expect(self) -> dict[str, Any] | None:
+        """The manifest this retriever serves: its writes refuse an index gone or replaced since."""
+        return self._searcher.snapshot.manifest if self._searcher is not None else None
+
     def _reuse(self) -> dict[str, Any]:
         return {s.name: s for s in self._searcher.snapshot.segments} if self._searcher is not None else {}
 
@@ -208,7 +212,7 @@ class HybridRetriever:
     def _write(self, documents: Iterable[Any], mode: str, **kw: Any) -> WriteResult:
         if self._root is None:
             raise ConfigError("the retriever has no index yet: call index() or load() first")
-        with self._writer(self._root) as w:
+        with self._writer(self._root, expect=self._expect()) as w:
             result = w.write(documents, mode=mode, reuse=self._reuse(), **kw)
             self._after_write(w)
             if result.commit is not None:  # committed: the merge below is housekeeping, never an error
@@ -245,7 +249,7 @@ class HybridRetriever:
         lists the ids it would delete in ``result.matched``."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
-        with self._writer(self._root) as w:
+        with self._writer(self._root, expect=self._expect()) as w:
             result = w.delete(ids, filter=filter, missing=missing, dry_run=dry_run, reuse=self._reuse())
             if result.commit is not None:
                 self._after_write(w)
@@ -256,7 +260,7 @@ class HybridRetriever:
         Searches skip expired documents without it; :meth:`compact` also drops them."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
-        with self._writer(self._root) as w:
+        with self._writer(self._root, expect=self._expect()) as w:
             result = w.purge(reuse=self._reuse())
             if result.commit is not None:
                 self._after_write(w)
@@ -268,7 +272,7 @@ class HybridRetriever:
         tantivy) in the current one (``sparse_scheme="impact"``), which later writes then use too."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
-        with self._writer(self._root) as w:
+        with self._writer(self._root, expect=self._expect()) as w:
             result = w.compact(reuse=self._reuse(), show_progress=show_progress, migrate=migrate)
             self._after_write(w)
         return result
@@ -281,7 +285,7 @@ class HybridRetriever:
         """Store (or with ``None`` clear) the fusion setting ``hybrid`` uses for this index."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
-        with self._writer(self._root) as w:
+        with self._writer(self._root, expect=self._expect()) as w:
             w.commit_fields({"fusion": config.to_dict() if config is not None else None,
                              "fusion_tuned_on": dict(tuned_on) if tuned_on else None})
             self._after_write(w)

@@ -332,12 +332,15 @@ class Searcher:
         documents their graph or lists reach, see docs/filters.md). ``candidates``
         overrides the per-retriever depth of fused methods. ``threads``: this call's thread budget
         (default: the searcher's; ``None`` there: every core; ``1``: no worker thread). Blank
-        queries get no hits. Returns :class:`Hits` of shape ``(len(queries), k)``."""
+        queries get no hits. Returns :class:`Hits` of shape ``(len(queries), min(k, live documents))``:
+        a ``k`` beyond the index's size costs nothing extra; fused methods rank at most
+        :data:`~hybridret.hybrid.MAX_CANDIDATES` (10 000) per retriever."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
         threads = check_threads(threads) if threads is not None else self.threads
         snap = self.current()  # one snapshot for the whole call, expired documents masked
         plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
-                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0)
+                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
+                           num_docs=snap.num_docs)
         res = run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
         return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
                     components=res.components, query_sparse=res.query_sparse, _source=HitSource(snap, self._encoder))

@@ -68,7 +68,8 @@ class Hits:
     """Results for ``nq`` queries, ``k`` each.
 
     ``ids`` (object array of str, ``""`` padding), ``rows`` (internal row numbers, ``-1`` padding)
-    and ``scores`` (``-inf`` padding) all have shape ``(nq, k)``. ``components`` maps each
+    and ``scores`` (``-inf`` padding) all have shape ``(nq, k)``, ``k`` cut to the live documents
+    searched (a ``k`` beyond the index costs nothing). ``components`` maps each
     retriever that took part (``"dense"``, ``"sparse"``, ``"bm25"``) to its exact scores of the same
     hits. ``hits[i]`` gives query ``i``'s results as :class:`Hit` objects, read from the index
     snapshot the search ran on (texts and metadata are never from a later commit). Pickling

@@ -107,6 +107,7 @@ def test_missing_or_damaged_parts_are_refused_at_load(small_index, tmp_path, dam
 def test_info_check_finds_damage_inside_large_files(small_index, tmp_path, monkeypatch):
     """Loading checks sizes, and checksums of files up to 1 MiB; a same-size change inside a larger
     file is found by the full check (``info --check``)."""
+    import hybridret.index.dense as dense
     import hybridret.index.segment as segment
 
     path = copy(small_index, tmp_path / "idx")
@@ -118,6 +119,7 @@ def test_info_check_finds_damage_inside_large_files(small_index, tmp_path, monke
     with pytest.raises(IndexFormatError, match="checksum"):  # small here: caught at load
         HybridRetriever.load(path)
     monkeypatch.setattr(segment, "_QUICK_HASH", 0)  # as if every file were large
+    monkeypatch.setattr(dense, "SAMPLE_ROWS", 2)  # ... and the load's sample of vectors missed row 3
     r = HybridRetriever.load(path)
     assert r.search("bees", k=2, method="dense").ids.shape == (1, 2)
     problems = r.check()

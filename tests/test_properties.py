@@ -64,8 +64,9 @@ layout = st.fixed_dictionaries({"crlf": st.booleans(), "bom": st.booleans(), "gz
 
 # Unicode text without surrogates (hypothesis's default); includes tabs, newlines and whitespace.
 any_text = st.text(max_size=40)
-# An id the JSON readers keep: any string that is not blank.
-json_id = st.text(min_size=1, max_size=20).filter(lambda s: s.strip() != "")
+# An id the JSON readers keep: any string that is not blank and is one line (an index stores ids one
+# per line, run files and qrels are line-based; see test_ids_with_line_breaks_name_their_line).
+json_id = st.text(min_size=1, max_size=20).filter(lambda s: s.strip() != "" and "\n" not in s and "\r" not in s)
 # A field of a tab-separated line: no tab, line feed or carriage return.
 tsv_field = st.text(st.characters(blacklist_characters="\t\n\r", blacklist_categories=("Cs",)), max_size=30)
 # A TSV id: as above, non-empty, and no surrounding whitespace (the readers strip it).
@@ -103,6 +104,17 @@ def test_jsonl_corpus_round_trip(rows, shape, id_key, text_key, ascii_json):
         reader = CorpusReader(path)
         assert list(reader) == expected_docs(rows)
         assert reader.skipped_empty == len(rows) - len(expected_docs(rows))
+
+
+@PROPS
+@given(good=json_id, bad=st.text(max_size=8).map(lambda s: s + "\n") | st.text(max_size=8).map(lambda s: "\r" + s),
+       where=st.sampled_from(["corpus", "queries"]))
+def test_ids_with_line_breaks_name_their_line(good, bad, where):
+    lines = [json.dumps({"_id": good, "text": "fine"}), json.dumps({"_id": good + "x" + bad, "text": "t"})]
+    with scratch() as d:
+        path = encode_file(d / f"{where}.jsonl", lines, crlf=False, bom=False, gz=False)
+        with pytest.raises(CorpusFormatError, match=r"\.jsonl:2: field '_id' (holds a line break|is empty)"):
+            list(CorpusReader(path)) if where == "corpus" else load_queries(path)
 
 
 @PROPS
@@ -358,3 +370,30 @@ def test_write_run_refuses_what_it_cannot_write_back(run):
             assert not (d / "run.trec").exists() and not (d / "run.trec.tmp").exists()
         else:
             assert load_run(path) == {q: docs for q, docs in run.items() if docs}
+
+
+# -- fusion options: any settings mapping is a valid config or a ConfigError, never another exception --------
+_fusion_value = st.one_of(st.none(), st.booleans(), st.integers(-3, 20_000), st.floats(allow_nan=True),
+                          st.text(max_size=6), st.lists(st.sampled_from(["dense", "sparse", "bm25", "x"]), max_size=3),
+                          st.dictionaries(st.sampled_from(["dense", "sparse", "bm25", "x", ""]),
+                                          st.one_of(st.floats(allow_nan=True), st.integers(-2, 3), st.text(max_size=2)),
+                                          max_size=3))
+_fusion_key = st.sampled_from(["method", "retrievers", "weights", "normalisation", "rrf_k", "depth", "guide",
+                               "guide_weighting", "gqr", "bogus"])
+
+
+@PROPS
+@given(data=st.dictionaries(_fusion_key, st.one_of(_fusion_value, st.sampled_from(
+    ["linear", "rrf", "gqr", "minmax", "zscore", "fixed", "agreement"])), max_size=6))
+def test_fusion_settings_are_a_config_or_a_config_error(data):
+    from hybridret.errors import ConfigError
+    from hybridret.hybrid import MAX_CANDIDATES, FusionConfig
+
+    try:
+        cfg = FusionConfig.from_dict(data)
+    except ConfigError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    assert 1 <= cfg.depth <= MAX_CANDIDATES
+    assert all(isinstance(w, (int, float)) and w >= 0 for w in (cfg.weights or {}).values())
+    assert FusionConfig.from_dict(cfg.to_dict()) == cfg

@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .._version import __version__
 from ..errors import HybridRetError
@@ -23,6 +24,22 @@ from . import demo, evaluate, index, info, search, serve, train, write
 from ._common import check_text_args, error_line, setup_logging, stderr, stdout_gone
 
 __all__ = ["build_parser", "main"]
+
+
+class IntermixedParser(argparse.ArgumentParser):
+    """A command's parser that takes its options anywhere among its positionals
+    (``hybridret delete DIR --ignore-missing ID ...``), as :meth:`parse_intermixed_args` does."""
+
+    _inside = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        if self._inside:  # parse_known_intermixed_args calls back here for its two passes
+            return super().parse_known_args(args, namespace)
+        self._inside = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbosity = parser.add_mutually_exclusive_group()
     verbosity.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     verbosity.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only (no progress bars)")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=IntermixedParser)
     index.add_parser(sub)
     search.add_parser(sub)
     serve.add_parser(sub)
@@ -68,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.debug:
             raise
         stderr(f"hybridret: error: {error_line(exc)}")
+        return 1
+    except MemoryError as exc:  # an environment fault, not a bug: say so in one line
+        if args.debug:
+            raise
+        stderr(f"hybridret: error: out of memory ({error_line(exc) or 'an allocation failed'}); ask for less "
+               "(-k, --batch-size, --chunk-size) or free memory")
         return 1
     except KeyboardInterrupt:
         stderr("hybridret: interrupted")

@@ -106,6 +106,7 @@ def build_retriever(args: argparse.Namespace, **settings: Any) -> HybridRetrieve
 def judged(args: argparse.Namespace) -> tuple[HybridRetriever, dict[str, str], dict[str, dict[str, int]]]:
     """The index of ``args.index``, and the queries of ``--queries`` that have judgments in ``--qrels``."""
     from ..data import load_qrels, load_queries
+    from ..eval import judgment_coverage, warn_coverage
     from ..retriever import HybridRetriever
 
     retriever = HybridRetriever.load(args.index, device=args.device)
@@ -114,6 +115,9 @@ def judged(args: argparse.Namespace) -> tuple[HybridRetriever, dict[str, str], d
     found = {q: t for q, t in queries.items() if qrels.get(q)}
     if not found:
         raise HybridRetError(f"none of the {len(queries)} queries in {args.queries} has judgments in {args.qrels}")
+    snap = retriever.searcher.snapshot
+    cov = judgment_coverage(qrels, queries, snap.__contains__, relevance_level=getattr(args, "relevance_level", 1))
+    warn_coverage(cov, queries=str(args.queries), qrels=str(args.qrels), index=f"the index at {args.index}")
     return retriever, found, qrels
 
 
@@ -172,12 +176,26 @@ class NamingPath:
         return None
 
     def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> bool:
-        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename is None:
-            if exc.errno is not None:
-                raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
-            # a short write without an errno (numpy's tofile): the disk or a file-size limit is full
-            raise OSError(f"{self.path}: {exc} (while writing the index: disk full or file size limit?)") from exc
-        return False
+        import errno
+
+        from ..errors import HybridRetError
+
+        if not isinstance(exc, OSError) or isinstance(exc, (BrokenPipeError, HybridRetError)) or \
+                exc.filename is not None:
+            return False  # the library's own errors (an existing id, ...) and errors naming their file stay as they are
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index: the disk is full)",
+                          str(self.path)) from exc
+        if exc.errno == errno.EFBIG:
+            raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index: a file size limit, "
+                          "ulimit -f?)", str(self.path)) from exc
+        if exc.errno is not None:
+            raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
+        text = str(exc)
+        if "requested and" in text and "written" in text:  # numpy's tofile: a short write, without an errno
+            raise OSError(f"{self.path}: {exc} (while writing the index: a short write, as when the disk is full "
+                          "or a file size limit is reached)") from exc
+        raise OSError(f"{self.path}: {exc} (while writing the index)") from exc
 
 
 # -- printing --------------------------------------------------------------------------------------

@@ -235,8 +235,9 @@ class ShardedSearcher:
     def _search(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any,
                 candidates: int | None, partial: bool) -> Hits:
         commits = list(self._commits)  # one consistent set of shard snapshots for the whole call
+        live = sum(int(i.get("num_docs", 0)) for i in self._infos)  # at those commits: bounds k and depths
         plan = plan_search(texts, k, method, available=self.available(), stored_fusion=self._stored_fusion(),
-                           fusion=fusion, candidates=candidates, filt=filt, where="this sharded index")
+                           fusion=fusion, candidates=candidates, filt=filt, where="this sharded index", num_docs=live)
         source = ShardedSource(self, commits, partial=partial)
         res = run_plan(plan, source, self.encode_queries)
         hits = Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,

@@ -91,6 +91,9 @@ def _min_train(index: Any) -> int:
     return max(256, 39 * nlist)
 
 
+SAMPLE_ROWS = 64  # vectors a load checks for NaN / infinity (first, last and evenly between)
+
+
 class DenseIndexBuilder:
     """Streams vectors to disk; :meth:`close` builds the FAISS index. Use :meth:`DenseIndex.create`."""
 
@@ -252,6 +255,18 @@ class DenseIndex:
     @property
     def num_docs(self) -> int:
         return int(self.vectors.shape[0])
+
+    def sample_check(self, rows: int | None = None) -> None:
+        """What a load checks of the vectors: a few of them, spread over the file, are finite (a
+        file damaged throughout is refused; :meth:`check` reads every vector)."""
+        n = self.num_docs
+        if not n:
+            return
+        at = np.unique(np.linspace(0, n - 1, num=min(rows or SAMPLE_ROWS, n)).astype(np.int64))
+        bad = ~np.isfinite(np.asarray(self.vectors[at])).all(axis=1)
+        if bad.any():
+            raise IndexFormatError(f"{self.root}/vectors.npy: vector {int(at[bad][0])} holds NaN or infinity "
+                                   "(damaged; hybridret info --check counts them all)")
 
     def check(self) -> list[str]:
         """The values check of ``info --check``: every stored vector finite."""

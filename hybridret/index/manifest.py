@@ -38,8 +38,9 @@ from .._version import __version__
 from ..errors import IndexFormatError, IndexNotFoundError
 from .storage import atomic_write_json, fsync_dir, read_json
 
-__all__ = ["FORMAT_VERSION", "MANIFEST", "collect_garbage", "commit", "library_versions", "link_file", "link_tree",
-           "names", "new_segment", "read_manifest", "segment_files"]
+__all__ = ["FORMAT_VERSION", "HISTORY", "MANIFEST", "PENDING", "check_lineage", "collect_garbage", "commit",
+           "library_versions", "link_file", "link_tree", "names", "new_segment", "read_manifest", "segment_files",
+           "tombstone_commit"]
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,15 @@ BUILDING = ".building"  # marker inside a segment that is still being written
 LEASES = "leases"
 _SEGMENT_NAME = re.compile(r"^(seg|gen)-[A-Za-z0-9-]+$")
 _DELETED_NAME = re.compile(r"^deleted-[0-9]+(-[0-9a-f]+)?\.npy$")
+PENDING = ".pending"  # beside a tombstone file a writer made for a commit it has not finished
+HISTORY = 64  # commit ids of the previous commits a manifest lists (its lineage)
+
+
+def tombstone_commit(name: str) -> int | None:
+    """The commit number a tombstone file was written for (``deleted-<commit>-<hex>.npy``)."""
+    if not _DELETED_NAME.match(name):
+        return None
+    return int(name.split("-")[1].split(".")[0])
 
 
 def library_versions() -> dict[str, str]:
@@ -129,10 +139,16 @@ def commit(root: str | Path, body: dict[str, Any], *, previous: dict[str, Any] |
         if seg.get("deleted"):
             _sync_tree(path)
     fsync_dir(root)
-    out = {**body, "format_version": FORMAT_VERSION, "commit": int((previous or {}).get("commit", 0)) + 1,
-           "libraries": library_versions(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    prev = previous or {}
+    history = [prev["commit_id"], *prev.get("history", [])][:HISTORY] if prev.get("commit_id") else []
+    out = {**body, "format_version": FORMAT_VERSION, "commit": int(prev.get("commit", 0)) + 1,
+           "index_id": prev.get("index_id") or uuid.uuid4().hex, "commit_id": uuid.uuid4().hex[:16],
+           "history": history, "libraries": library_versions(), "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     out.pop("generation", None)
     atomic_write_json(root / MANIFEST, out)
+    for seg in body["segments"]:  # its tombstones are committed now: no longer pending
+        if seg.get("deleted"):
+            (root / seg["name"] / (seg["deleted"] + PENDING)).unlink(missing_ok=True)
     try:  # the commit is done: tidying up must never turn it into an error
         collect_garbage(root, out)
     except Exception:
@@ -192,7 +208,8 @@ def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
     """Remove segments and tombstone files that neither ``manifest`` nor a live reader's lease
     names, and segments left half-built by dead processes. Never raises for a file in use."""
     root = Path(root)
-    keep = segment_files(manifest) | _leased(root)
+    named = segment_files(manifest)
+    keep = named | _leased(root)
     for entry in root.iterdir():
         if not entry.is_dir() or not _SEGMENT_NAME.match(entry.name):
             continue
@@ -202,9 +219,14 @@ def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             continue
-        for f in entry.iterdir():
+        files = list(entry.iterdir())
+        for f in files:
             if _DELETED_NAME.match(f.name) and f"{entry.name}/{f.name}" not in keep:
                 f.unlink(missing_ok=True)
+        for f in files:
+            if f.name.endswith(PENDING) and (not (entry / f.name[:-len(PENDING)]).exists() or
+                                             f"{entry.name}/{f.name[:-len(PENDING)]}" in named):
+                f.unlink(missing_ok=True)  # its tombstone file is gone, or committed: nothing is pending
 
 
 def _v1_to_v2(manifest: dict[str, Any], path: Path) -> dict[str, Any]:
@@ -234,6 +256,9 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
     version = manifest.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise IndexFormatError(f"{path}: no format_version")
+    if version < 1:
+        raise IndexFormatError(f"{path}: format_version {version} is not an index format (hybridret writes 1 to "
+                               f"{FORMAT_VERSION})")
     if version > FORMAT_VERSION:
         raise IndexFormatError(
             f"{path}: index format {version} is newer than this hybridret ({__version__}) reads "
@@ -259,7 +284,11 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
         deleted = seg.get("deleted")
         if deleted is not None and (not isinstance(deleted, str) or not _DELETED_NAME.match(deleted)):
             raise IndexFormatError(f"{path}: segment {seg['name']} names an invalid tombstone file {deleted!r}")
-        if not (root / seg["name"]).is_dir():
+        folder = root / seg["name"]
+        if folder.is_symlink():
+            raise IndexFormatError(f"{folder}: the segment folder is a symbolic link (to {os.readlink(folder)}); an "
+                                   "index holds its own segments (copy it, or hard-link its files)")
+        if not folder.is_dir():
             raise IndexFormatError(f"{path}: names segment {seg['name']!r}, which is missing")
     saved = manifest.get("libraries", {})
     now = library_versions()
@@ -269,3 +298,26 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
             logger.warning("index at %s was written with %s %s; this is %s", root, lib, saved[lib], now[lib])
     return manifest
 
+
+
+def check_lineage(root: Path, manifest: dict[str, Any] | None, expected: dict[str, Any]) -> None:
+    """Refuse to write when the index at ``root`` is not the one a writer loaded (``expected``: the
+    manifest it read then): the folder is gone, another index replaced it, or its manifest is older
+    than, or forked from, the commit loaded. Manifests written before commit ids existed pass."""
+    loaded = int(expected.get("commit", 0) or 0)
+    if manifest is None:
+        raise IndexNotFoundError(f"the index at {root} is gone (it was at commit {loaded} when it was loaded); "
+                                 "nothing was written: load it again, or build a new one with index()")
+    want_id, have_id = expected.get("index_id"), manifest.get("index_id")
+    if want_id and have_id and want_id != have_id:
+        raise IndexFormatError(f"the index at {root} was replaced by another index since it was loaded (index id "
+                               f"{have_id[:8]}, loaded {want_id[:8]}); nothing was written: load it again to write to it")
+    now = int(manifest.get("commit", 0) or 0)
+    if now < loaded:
+        raise IndexFormatError(f"{root / MANIFEST} is at commit {now}, older than commit {loaded} when the index was "
+                               "loaded (restored from an older copy?); nothing was written")
+    want_commit = expected.get("commit_id")
+    if want_id and want_commit and now - loaded <= HISTORY and \
+            want_commit not in [manifest.get("commit_id"), *manifest.get("history", [])]:
+        raise IndexFormatError(f"{root / MANIFEST}: commit {now} does not descend from commit {loaded} that was "
+                               "loaded (the index was replaced or restored meanwhile); nothing was written")

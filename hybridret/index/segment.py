@@ -13,6 +13,7 @@ import hashlib
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,20 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _edges(path: Path, size: int) -> str:
+    """SHA-256 of a large file's first and last :data:`_QUICK_HASH` bytes: what a load checks of it."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        h.update(fh.read(_QUICK_HASH))
+        fh.seek(max(size - _QUICK_HASH, 0))
+        h.update(fh.read(_QUICK_HASH))
+    return h.hexdigest()
+
+
 def file_list(root: Path) -> dict[str, dict[str, Any]]:
     """Every file of a finished segment (tombstones, locks and tantivy's bookkeeping aside):
-    relative path -> size and SHA-256."""
+    relative path -> size and SHA-256 (and, for files over :data:`_QUICK_HASH` bytes, ``edges``:
+    the SHA-256 of their first and last MiB, which every load checks)."""
     out = {}
     for dirpath, _, names in os.walk(root):
         for name in names:
@@ -61,25 +73,34 @@ def file_list(root: Path) -> dict[str, dict[str, Any]]:
             if name in _UNLISTED or name.endswith(".lock") or name.startswith("deleted-") or "/" not in rel and \
                     name.startswith("."):
                 continue
-            out[rel] = {"size": path.stat().st_size, "sha256": _sha256(path)}
+            size = path.stat().st_size
+            out[rel] = {"size": size, "sha256": _sha256(path)}
+            if size > _QUICK_HASH:
+                out[rel]["edges"] = _edges(path, size)
     return out
 
 
 def check_files(root: Path, listed: dict[str, dict[str, Any]], *, full: bool) -> list[str]:
-    """Problems with a segment's files against its list: missing, resized, or (small files always,
-    every file with ``full``) a changed checksum."""
+    """Problems with a segment's files against its list: missing, resized, a symbolic link, or a
+    changed checksum (small files and the first and last MiB of large ones always, every byte of
+    every file with ``full``)."""
     problems = []
     for rel, want in listed.items():
         path = root / rel
         try:
-            size = path.stat().st_size
+            st = os.lstat(path)
         except OSError:
             problems.append(f"missing index file {path}")
             continue
-        if size != want.get("size"):
+        size = st.st_size
+        if stat.S_ISLNK(st.st_mode):
+            problems.append(f"{path} is a symbolic link (to {os.readlink(path)}); an index holds its own files")
+        elif size != want.get("size"):
             problems.append(f"{path} has {size} bytes, {want.get('size')} were written (truncated or replaced?)")
         elif (full or size <= _QUICK_HASH) and _sha256(path) != want.get("sha256"):
             problems.append(f"{path} does not match the checksum written with it (damaged)")
+        elif not full and want.get("edges") and _edges(path, size) != want["edges"]:
+            problems.append(f"{path} does not match the checksum written with it (its first or last MiB is damaged)")
     return problems
 
 
@@ -184,15 +205,30 @@ class Segment:
                     raise IndexFormatError(f"{self.root / SEGMENT_FILE} lists no parts")
         self.docs = DocStore(self.root, expected=self.num_docs)
         if listed is not None:
+            for name in listed:
+                if (self.root / check_name(name)).is_symlink():
+                    raise IndexFormatError(f"{self.root / name}: the part folder is a symbolic link (to "
+                                           f"{os.readlink(self.root / name)}); an index holds its own files")
             self.parts: dict[str, Any] = {name: open_part(self.root / check_name(name), str(fmt), device=device)
                                           for name, fmt in listed.items()}
         else:
-            self.parts = open_legacy_parts(self.root, device=device)
+            if (self.root / "bm25").is_dir():  # a folder per part: only segments that list them in segment.json
+                raise IndexFormatError(f"{self.root / SEGMENT_FILE}: missing (every segment of this layout has one; "
+                                       "the segment is damaged)")
+            try:
+                self.parts = open_legacy_parts(self.root, device=device)
+            except IndexFormatError as exc:
+                raise IndexFormatError(f"{self.root / SEGMENT_FILE}: missing, and the folder is no older segment layout "
+                                       f"either ({exc})") from None
         self.layout = "parts" if listed is not None else "legacy"
         for name, part in self.parts.items():
             if part.num_docs != self.num_docs:
                 raise IndexFormatError(f"{self.root}: {name} part holds {part.num_docs} documents, "
                                        f"expected {self.num_docs}")
+        for part in self.parts.values():
+            sample = getattr(part, "sample_check", None)
+            if sample is not None:
+                sample()
         rows = read_metadata(self.root, self.num_docs)
         self.metadata = rows
         self.columns = MetadataColumns(rows, self.num_docs)

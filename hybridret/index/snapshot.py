@@ -31,7 +31,7 @@ import numpy as np
 
 from ..errors import IndexFormatError, IndexNotFoundError
 from .expiry import expired_rows, segment_expiry
-from .manifest import LEASES, read_manifest, segment_files
+from .manifest import LEASES, MANIFEST, PENDING, read_manifest, segment_files, tombstone_commit
 from .segment import Segment
 
 __all__ = ["Snapshot", "SnapshotCache", "open_snapshot"]
@@ -109,6 +109,7 @@ class Snapshot:
         self.manifest = manifest
         self.segments = segments
         self.commit = int(manifest.get("commit", 0))
+        verify_segments(root, manifest, segments)
         sizes = [s.num_docs for s in segments]
         self.offsets = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
         self.num_rows = int(self.offsets[-1])
@@ -234,6 +235,54 @@ class Snapshot:
     def close(self) -> None:
         """Release the lease now (otherwise when the snapshot is garbage-collected)."""
         self._finalizer()
+
+
+def _width(part: Any, kind: str) -> int | None:
+    """The representation width a part was built for (dense: its dimension; sparse: its vocabulary)."""
+    value = getattr(part, "dim" if kind == "dense" else "vocab_size", None)
+    return int(value) if isinstance(value, (int, np.integer)) else None
+
+
+def verify_segments(root: Path, manifest: dict[str, Any], segments: list[Segment]) -> None:
+    """What a load verifies beyond each segment's own files, cheaply (no file is read in full):
+    every part the manifest lists is present in every segment, of the width the manifest's
+    representations give, and no segment holds tombstones newer than the manifest's commit that no
+    writer has pending (an older ``manifest.json`` put back would otherwise bring deleted
+    documents back). Raises :class:`IndexFormatError` naming the folder or file."""
+    where = root / MANIFEST
+    parts = manifest.get("parts") or {}
+    reps = manifest.get("representations") or {}
+    commit = int(manifest.get("commit", 0) or 0)
+    for seg, entry in zip(segments, manifest["segments"]):
+        missing = sorted(set(parts) - set(seg.parts))
+        if missing and seg.num_docs:
+            why = "" if seg.files is not None else f" ({seg.root / 'segment.json'} is missing too)"
+            raise IndexFormatError(f"{seg.root / missing[0]}: missing; {where} lists part(s) {', '.join(missing)} for "
+                                   f"every segment{why}")
+        for name, spec in parts.items():
+            part = seg.parts.get(name)
+            source = spec.get("source") if isinstance(spec, dict) else None
+            rep = reps.get(source) if isinstance(source, str) else None
+            if part is None or not isinstance(rep, dict) or not isinstance(rep.get("dim"), int):
+                continue
+            got = _width(part, str(rep.get("kind", source)))
+            if got is not None and got != rep["dim"] and not (rep.get("kind") == "sparse" and got <= 1):
+                raise IndexFormatError(f"{seg.root / name}: built for {rep.get('kind', source)} width {got}, but {where} "
+                                       f"gives representation {source!r} width {rep['dim']}")
+        named = entry.get("deleted")
+        try:
+            listing = os.listdir(seg.root)
+        except OSError as exc:
+            raise IndexFormatError(f"{seg.root}: cannot list the segment folder ({exc.strerror})") from None
+        names = set(listing)
+        for f in listing:
+            number = tombstone_commit(f)
+            if number is None or f == named or number <= commit or f + PENDING in names:
+                continue
+            raise IndexFormatError(f"{seg.root / f}: tombstones of commit {number}, newer than the commit {commit} of "
+                                   f"{where}, which does not name them: the manifest was put back from an older copy? "
+                                   "(documents deleted since would come back); restore the newer manifest.json, or "
+                                   "remove the file if you know no commit wrote it")
 
 
 def open_snapshot(root: str | Path, *, device: str | None = None, reuse: dict[str, Segment] | None = None,

@@ -167,7 +167,7 @@ class QueryResult(BaseModel):
 class SearchResponse(BaseModel):
     method: str
     resolved: str = Field(description="what ran, e.g. hybrid:gqr")
-    k: int
+    k: int = Field(description="hits per query at most: the k asked for, cut to the live documents")
     results: list[QueryResult] = Field(description="one entry per query, in the order given")
     took_ms: float
 
@@ -386,7 +386,8 @@ class Service:
         with_text = settings["with_text"]
         hits = self.backend.search(queries, settings["k"], method=settings["method"], filter=settings["filter"],
                                    fusion=settings["fusion"], candidates=settings["candidates"])
-        return [{"resolved": hits.method, "hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
+        width = int(hits.ids.shape[1])  # k cut to the live documents, as Hits are
+        return [{"resolved": hits.method, "k": width, "hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
                 for i in range(len(hits))]
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
@@ -495,7 +496,8 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
                     "candidates": req.candidates, "with_text": req.with_text}
         results = await service.batcher.submit(texts, key, settings)
         resolved = results[0]["resolved"] if results else req.method
-        return {"method": req.method, "resolved": resolved, "k": req.k,
+        width = min([int(r.get("k", req.k)) for r in results] or [req.k])
+        return {"method": req.method, "resolved": resolved, "k": width,
                 "results": [{"query": q, "hits": r["hits"]} for q, r in zip(texts, results)],
                 "took_ms": round((time.perf_counter() - start) * 1000, 3)}
 
