@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import scipy.sparse as sp
 from ._runtime import prepare_native_libraries
 from .encoders import Encoder, encoder_from_config
 from .encoders.reps import REPRESENTATIONS, encode
-from .errors import ConfigError
+from .errors import ConfigError, StaleSnapshotWarning
 from .filters import Filter, parse_filter
 from .hybrid import FusionConfig
 from .index.snapshot import Snapshot, open_snapshot
@@ -246,9 +247,10 @@ class Searcher:
             while not self._stop.wait(seconds):
                 try:
                     self.refresh()
-                except Exception:  # keep serving the old snapshot; say why once per failure
-                    logger.warning("refreshing %s failed; still serving commit %s", self.root, self._snap.commit,
-                                   exc_info=True)
+                except Exception as exc:  # keep serving the old snapshot; say why once per failure
+                    logger.debug("refreshing %s failed", self.root, exc_info=True)
+                    warnings.warn(f"refreshing {self.root} failed ({type(exc).__name__}: {exc}); still serving "
+                                  f"commit {self._snap.commit}", StaleSnapshotWarning, stacklevel=1)
 
         self._timer = threading.Thread(target=loop, name="hybridret-refresh", daemon=True)
         self._timer.start()
