@@ -16,6 +16,7 @@ queries runs the encoder's models with their own (process-wide) torch settings.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -196,6 +197,7 @@ class Searcher:
         stored = snapshot.manifest.get("encoder")
         self._encoder = encoder if isinstance(encoder, EncoderSlot) else EncoderSlot(encoder, stored, device)
         self._refresh_lock = threading.Lock()
+        self._manifest_stat: tuple[int, int, int] | None = None  # the manifest file as last read (see refresh_if_changed)
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         if refresh_every is not None:
@@ -228,13 +230,33 @@ class Searcher:
             from .index.manifest import read_manifest
 
             current = self._snap
+            seen = self._stat_manifest()  # before the read: a commit between the two is seen next time
             latest = read_manifest(self.root)
+            self._manifest_stat = seen
             if latest.get("commit") == current.commit and latest.get("saved_at") == current.manifest.get("saved_at"):
                 return False
             reuse = {s.name: s for s in current.segments}
             self._snap = open_snapshot(self.root, device=self.device, reuse=reuse)
             logger.debug("refreshed %s: commit %s -> %s", self.root, current.commit, self._snap.commit)
             return True
+
+    def _stat_manifest(self) -> tuple[int, int, int] | None:
+        from .index.manifest import MANIFEST
+
+        try:
+            st = os.stat(self.root / MANIFEST)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def refresh_if_changed(self) -> bool:
+        """:meth:`refresh` when the manifest file changed since it was last read (one ``stat``, a
+        few microseconds: cheap enough before every request; every commit replaces the manifest file).
+        Returns whether the snapshot changed."""
+        seen = self._manifest_stat
+        if seen is not None and self._stat_manifest() == seen:
+            return False
+        return self.refresh()
 
     def refresh_every(self, seconds: float) -> None:
         """Refresh in a background thread every ``seconds`` until :meth:`close`."""
