@@ -128,3 +128,14 @@ def test_search_without_dir_or_server_is_one_error_line(capsys):
 
     assert main(["search"]) == 1
     assert "hybridret: error: give the index folder DIR" in capsys.readouterr().err
+
+
+def test_duplicate_id_add_error_is_about_the_id(copy, tmp_path, capsys):
+    from hybridret.cli import main
+
+    doc = tmp_path / "dup.jsonl"
+    doc.write_text('{"_id": "d01", "text": "again"}\n', encoding="utf-8")
+    assert main(["-q", "add", str(copy), str(doc)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "'d01' is already in the index" in err and "--upsert" in err
+    assert "disk full" not in err and "while writing" not in err

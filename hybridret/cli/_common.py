@@ -205,7 +205,9 @@ class NamingPath:
         return None
 
     def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> bool:
-        if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.filename is None:
+        # hybridret's own errors (an id already in the index is an IndexExistsError, a FileExistsError)
+        # say what went wrong themselves: no file-system reading of them
+        if isinstance(exc, OSError) and not isinstance(exc, (BrokenPipeError, HybridRetError)) and exc.filename is None:
             if exc.errno is not None:
                 raise OSError(exc.errno, f"{exc.strerror or exc} (while writing the index)", str(self.path)) from exc
             # a short write without an errno (numpy's tofile): the disk or a file-size limit is full
