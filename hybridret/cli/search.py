@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HybridRetError
-from ._common import add_method_arg, add_ray_args, logger, print_hits
+from ._common import add_method_arg, add_ray_args, check_text_args, logger, print_hits
 from .get import add_server_args, remote_client, server_words
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
 def _search_server(args: argparse.Namespace, filt: Filter | None) -> int:
     """Through a running ``hybridret serve`` (``--server URL``): no model loads in this process."""
     args.query = server_words(args.index, args.query)
+    check_text_args(args)  # the word taken as DIR is query text here
+    if (args.output or args.trec) and args.queries is None:
+        raise HybridRetError("--output and --trec go with --queries FILE")
     if args.ray:
         raise HybridRetError("--server and --ray are two ways to reach an index: choose one")
     if args.queries is not None and args.query:
