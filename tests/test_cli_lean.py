@@ -123,11 +123,14 @@ def test_search_and_get_through_a_server(copy, start_server, capsys):
     assert [x["hits"][0]["id"] for x in lines] == ["d25", "d28"]
 
 
-def test_search_without_dir_or_server_is_one_error_line(capsys):
+@pytest.mark.parametrize("command", ["search", "get"])
+def test_no_dir_and_no_server_is_a_usage_error(capsys, command):
     from hybridret.cli import main
 
-    assert main(["search"]) == 1
-    assert "hybridret: error: give the index folder DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main([command])
+    assert exc.value.code == 2
+    assert "required: DIR (or --server URL)" in capsys.readouterr().err
 
 
 def test_duplicate_id_add_error_is_about_the_id(copy, tmp_path, capsys):

@@ -24,7 +24,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--ids-file", metavar="FILE", default=None, help="one id per line (- for standard input)")
     p.add_argument("--ignore-missing", action="store_true", help="print the known ids, warn about the unknown ones")
     add_server_args(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, usage_error=p.error)
 
 
 def add_server_args(p: argparse.ArgumentParser) -> None:
@@ -74,8 +74,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         from ..searcher import Searcher
 
-        if args.index is None:
-            raise HybridRetError("give the index folder DIR (or --server URL)")
+        if args.index is None:  # a usage error (exit 2), as argparse gives for a missing positional
+            args.usage_error("the following arguments are required: DIR (or --server URL)")
         ids = _read_ids(args, args.ids)
         searcher = Searcher(args.index)
         try:

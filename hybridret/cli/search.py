@@ -46,7 +46,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", default=None)
     add_ray_args(p, build=False)
     add_server_args(p)
-    p.set_defaults(run=run)
+    p.set_defaults(run=run, usage_error=p.error)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     filt = parse_filter(args.filter)  # a malformed filter fails before any model loads
     if args.server:
         return _search_server(args, filt)
-    if args.index is None:
-        raise HybridRetError("give the index folder DIR (or --server URL) and a query")
+    if args.index is None:  # a usage error (exit 2), as argparse gives for a missing positional
+        args.usage_error("the following arguments are required: DIR (or --server URL)")
     if args.ray or (Path(args.index) / "shards.json").is_file():
         return _search_sharded(args, filt)
     if args.queries is not None:
