@@ -17,6 +17,7 @@ from hybridret import HybridRetriever
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
+ALL = (*HEAVY, "numba")  # numba too: loading its kernels costs ~1 s, and a small BM25 search needs none
 
 # Runs one CLI command in a fresh interpreter and reports which heavy modules it imported.
 PROBE = """
@@ -62,13 +63,13 @@ def test_bm25_search_loads_no_torch(index):
     code, loaded, out = probe("-q", "search", str(index), "tectonic plates fault", "--method", "bm25", "-k", "1",
                               "--json")
     assert code == 0 and json.loads(out.split("\nPROBE")[0])["hits"][0]["id"] == "d23"
-    assert loaded == [], f"a BM25 search imported {loaded}"
+    assert loaded == [], f"a BM25 search imported {loaded}"  # numba neither: a small store searches in numpy
 
 
 def test_hybrid_search_still_loads_the_models(index):
     """The other side of the check above: the probe does see torch when a command needs it."""
     code, loaded, _ = probe("-q", "search", str(index), "tectonic plates", "-k", "1")
-    assert code == 0 and loaded == sorted(HEAVY)
+    assert code == 0 and set(HEAVY) <= set(loaded)
 
 
 def test_get_delete_compact_load_no_torch(copy):
@@ -77,9 +78,9 @@ def test_get_delete_compact_load_no_torch(copy):
     docs = [json.loads(x) for x in out.split("\nPROBE")[0].splitlines() if x.startswith("{")]
     assert [d["id"] for d in docs] == ["d02", "d40"] and docs[0]["title"] == "The Eiffel Tower"
     code, loaded, _ = probe("-q", "delete", str(copy), "d02")
-    assert code == 0 and loaded == []
-    code, loaded, _ = probe("-q", "compact", str(copy))
-    assert code == 0 and loaded == []
+    assert code == 0 and not set(loaded) & set(HEAVY)
+    code, loaded, _ = probe("-q", "compact", str(copy))  # rewrites the learned-sparse part: numba's kernels
+    assert code == 0 and not set(loaded) & set(HEAVY)
     assert HybridRetriever.load(copy).get(["d02", "d03"])[0] is None
 
 
