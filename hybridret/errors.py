@@ -7,6 +7,10 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "HybridRetWarning",
+    "PerformanceWarning",
+    "StaleSnapshotWarning",
+    "TruncationWarning",
     "DocumentNotFoundError",
     "CorpusFormatError",
     "EncoderError",
@@ -101,3 +105,22 @@ class DocumentNotFoundError(HybridRetError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class HybridRetWarning(UserWarning):
+    """Base class of the warnings hybridret gives through :mod:`warnings`, so that a library user
+    sees them without configuring logging (filter them with ``warnings.filterwarnings``)."""
+
+
+class PerformanceWarning(HybridRetWarning):
+    """Something in the environment will make searches much slower than they should be (e.g. torch
+    or FAISS imported before hybridret could set ``OMP_WAIT_POLICY``)."""
+
+
+class TruncationWarning(HybridRetWarning):
+    """Documents were longer than the encoder's ``max_length`` and were cut (only their beginning
+    is searchable); given once per write call, with the count."""
+
+
+class StaleSnapshotWarning(HybridRetWarning):
+    """A searcher could not pick up newer commits of its index and still serves an older one."""

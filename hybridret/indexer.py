@@ -18,6 +18,7 @@ import logging
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ import numpy as np
 from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
 from .encoders.reps import REPRESENTATIONS, encode, rep_spec, stack_rows, take_rows
-from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError
+from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError, TruncationWarning
 from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, parse_expiry
 from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
@@ -201,6 +202,7 @@ class IndexWriter:
         self._encoder = encoder if isinstance(encoder, Encoder) else None
         self._encoder_factory = None if isinstance(encoder, Encoder) else encoder
         self._truncated_before: dict[str, int] | None = None
+        self._encoder_progress: bool | None = False  # show_progress of the encoder calls of the current write
         self.lock = WriterLock(self.root)
         try:
             self.manifest: dict[str, Any] | None = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
@@ -367,8 +369,12 @@ class IndexWriter:
             s, local = snap.locate(np.array([row]))  # type: ignore[union-attr]
             replaced.setdefault(int(s[0]), []).append(int(local[0]))
 
+        whole = progress_enabled(show_progress, total or chunk_size + 1, chunk_size)
         bar = tqdm(total=total, desc={"build": "indexing", "add": "adding", "upsert": "upserting"}[mode], unit="doc",
-                   disable=not progress_enabled(show_progress, total or chunk_size + 1, chunk_size))
+                   disable=not whole)
+        # one chunk or less (up to 1,024 documents): no bar per chunk, so the encoders show theirs per batch
+        # (following the log level as this one does); with the bar per chunk they stay quiet
+        self._encoder_progress = False if whole else show_progress
         self._truncated_before = None  # the encoder's counts when this write first encodes
         try:
             seen: set[str] = set()
@@ -532,7 +538,7 @@ class IndexWriter:
             if encoder is not None and self._truncated_before is None:
                 self._truncated_before = encoder.truncation_counts()
             enc = encode(encoder, names, [texts[i] for i in todo], queries=False, batch_size=batch_size,
-                         show_progress=False)
+                         show_progress=self._encoder_progress)
             if cache is not None:
                 cache.put([key_of[i] for i in todo], enc)
             for j, i in enumerate(todo):
@@ -546,10 +552,10 @@ class IndexWriter:
             return
         for model, total in self._encoder.truncation_counts().items():
             cut = total - before.get(model, 0)
-            if cut:
-                logger.warning("%s: %d of %d documents were longer than max_length tokens and were truncated "
-                               "(only their beginning is searchable; split long documents into passages)",
-                               model, cut, count)
+            if cut:  # warnings, not only the logger: a library user sees it without configuring logging
+                warnings.warn(f"{model}: {cut} of {count} documents were longer than max_length tokens and were "
+                              "truncated (only their beginning is searchable; split long documents into passages, "
+                              "or raise max_length)", TruncationWarning, stacklevel=4)
 
     def _with_tombstones(self, snap: Snapshot | None, dead: Mapping[int, list[int]]) -> list[dict[str, Any]]:
         """The current segment entries, with ``dead`` (segment index -> local rows) tombstoned in new files."""

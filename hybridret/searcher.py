@@ -16,7 +16,9 @@ queries runs the encoder's models with their own (process-wide) torch settings.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ import scipy.sparse as sp
 from ._runtime import prepare_native_libraries
 from .encoders import Encoder, encoder_from_config
 from .encoders.reps import REPRESENTATIONS, encode
-from .errors import ConfigError
+from .errors import ConfigError, StaleSnapshotWarning
 from .filters import Filter, parse_filter
 from .hybrid import FusionConfig
 from .index.expiry import Clock, check_clock
@@ -197,6 +199,7 @@ class Searcher:
         stored = snapshot.manifest.get("encoder")
         self._encoder = encoder if isinstance(encoder, EncoderSlot) else EncoderSlot(encoder, stored, device)
         self._refresh_lock = threading.Lock()
+        self._manifest_stat: tuple[int, int, int] | None = None  # the manifest file as last read (see refresh_if_changed)
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         if refresh_every is not None:
@@ -234,13 +237,33 @@ class Searcher:
             from .index.manifest import read_manifest
 
             current = self._snap
+            seen = self._stat_manifest()  # before the read: a commit between the two is seen next time
             latest = read_manifest(self.root)
+            self._manifest_stat = seen
             if latest.get("commit") == current.commit and latest.get("saved_at") == current.manifest.get("saved_at"):
                 return False
             reuse = {s.name: s for s in current.segments}
             self._snap = open_snapshot(self.root, device=self.device, reuse=reuse)
             logger.debug("refreshed %s: commit %s -> %s", self.root, current.commit, self._snap.commit)
             return True
+
+    def _stat_manifest(self) -> tuple[int, int, int] | None:
+        from .index.manifest import MANIFEST
+
+        try:
+            st = os.stat(self.root / MANIFEST)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def refresh_if_changed(self) -> bool:
+        """:meth:`refresh` when the manifest file changed since it was last read (one ``stat``, a
+        few microseconds: cheap enough before every request; every commit replaces the manifest file).
+        Returns whether the snapshot changed."""
+        seen = self._manifest_stat
+        if seen is not None and self._stat_manifest() == seen:
+            return False
+        return self.refresh()
 
     def refresh_every(self, seconds: float) -> None:
         """Refresh in a background thread every ``seconds`` until :meth:`close`."""
@@ -253,9 +276,10 @@ class Searcher:
             while not self._stop.wait(seconds):
                 try:
                     self.refresh()
-                except Exception:  # keep serving the old snapshot; say why once per failure
-                    logger.warning("refreshing %s failed; still serving commit %s", self.root, self._snap.commit,
-                                   exc_info=True)
+                except Exception as exc:  # keep serving the old snapshot; say why once per failure
+                    logger.debug("refreshing %s failed", self.root, exc_info=True)
+                    warnings.warn(f"refreshing {self.root} failed ({type(exc).__name__}: {exc}); still serving "
+                                  f"commit {self._snap.commit}", StaleSnapshotWarning, stacklevel=1)
 
         self._timer = threading.Thread(target=loop, name="hybridret-refresh", daemon=True)
         self._timer.start()

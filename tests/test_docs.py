@@ -126,3 +126,16 @@ def test_readme_cli_cheap_commands_run(workdir, capsys):
     info = json.loads(capsys.readouterr().out)
     # 15 indexed + 5 added, doc1 replaced, doc7 doc9 doc3 deleted, then compacted
     assert info["num_docs"] == 17 and len(info["segments"]) == 1
+
+
+def test_readme_states_the_rrf_and_linear_defaults():
+    """The README says which retrievers `rrf` and `linear` fuse when no fusion= is given: the defaults."""
+    from hybridret.plan import default_fusion
+
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert "Without `fusion=`, `rrf` and `linear` fuse **dense + learned sparse** only (linear: min-max)" in text
+    every = {"dense": True, "sparse": True, "bm25": True}
+    for method in ("rrf", "linear"):
+        cfg = default_fusion(method, available=every)
+        assert cfg.retrievers == ("dense", "sparse"), cfg
+    assert default_fusion("linear", available=every).normalisation == "minmax"

@@ -426,8 +426,8 @@ def test_adapters_through_a_real_server(searcher, index_dir, tmp_path, start_ser
             assert store.similarity_search("octopus hearts", k=3, filter={"kind": "mollusc"})[0].id == "srv-1"
             store.delete(["srv-1"])
             assert "srv-1" not in [d.id for d in store.similarity_search("octopus hearts", k=5)]
-            with pytest.raises(NotImplementedError, match="in-process"):
-                store.get_by_ids(["s0001"])
+            got = store.get_by_ids(["s0001", "missing", "s0001"])  # through GET /documents
+            assert [d.id for d in got] == ["s0001"] and got[0].page_content and got[0].metadata["title"]
     finally:
         proc.terminate()
         try:

@@ -1,10 +1,10 @@
-"""Command line: ``hybridret index | search | serve | add | delete | purge | compact | eval | tune | info |
+"""Command line: ``hybridret index | search | serve | add | delete | purge | compact | get | eval | tune | info |
 demo | train | mine-negatives`` (also ``python -m hybridret``).
 
 One module per command group, each with the arguments of its commands (``add_parser`` /
 ``add_parsers``, which set ``run`` on the parsed arguments) and their run functions:
 :mod:`~hybridret.cli.index`, :mod:`~hybridret.cli.search`, :mod:`~hybridret.cli.serve`,
-:mod:`~hybridret.cli.write` (add, delete, purge, compact), :mod:`~hybridret.cli.evaluate` (eval, tune),
+:mod:`~hybridret.cli.write` (add, delete, purge, compact), :mod:`~hybridret.cli.get`, :mod:`~hybridret.cli.evaluate` (eval, tune),
 :mod:`~hybridret.cli.info`, :mod:`~hybridret.cli.demo`, :mod:`~hybridret.cli.train` (train,
 mine-negatives); the ``--ray`` paths are in :mod:`~hybridret.cli.sharded` and what they all share in
 :mod:`~hybridret.cli._common`. Building the parser loads no model, torch, FAISS or tantivy.
@@ -20,7 +20,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import HybridRetError
-from . import demo, evaluate, index, info, search, serve, train, write
+from . import demo, evaluate, get, index, info, search, serve, train, write
 from ._common import check_text_args, error_line, setup_logging, stderr, stdout_gone
 
 __all__ = ["build_parser", "main"]
@@ -55,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     search.add_parser(sub)
     serve.add_parser(sub)
     write.add_parsers(sub)  # add, delete, purge, compact
+    get.add_parser(sub)
     evaluate.add_parsers(sub)  # eval, tune
     info.add_parser(sub)
     demo.add_parser(sub)

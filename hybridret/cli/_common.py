@@ -66,9 +66,12 @@ def add_ray_args(p: argparse.ArgumentParser, *, build: bool) -> None:
                    help="an existing Ray cluster (e.g. ray://head:10001 or auto; default: start a local one)")
 
 
-def add_eval_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("index", metavar="DIR")
-    p.add_argument("--queries", required=True, help="BEIR queries.jsonl or a TSV of qid<TAB>text (MS MARCO)")
+def add_eval_args(p: argparse.ArgumentParser, *, stored_run: bool = False) -> None:
+    """DIR, --queries, --qrels, ...; ``stored_run``: DIR and --queries may be left out (``eval --run``)."""
+    p.add_argument("index", metavar="DIR", nargs="?" if stored_run else None,
+                   help="the index (left out with --run)" if stored_run else None)
+    p.add_argument("--queries", required=not stored_run,
+                   help="BEIR queries.jsonl or a TSV of qid<TAB>text (MS MARCO)")
     p.add_argument("--qrels", required=True, help="BEIR qrels TSV or TREC qrels (qid 0 docid grade)")
     p.add_argument("--relevance-level", type=int, default=1,
                    help="smallest grade counted relevant by binary metrics (TREC DL: 2; default: 1)")
@@ -77,13 +80,43 @@ def add_eval_args(p: argparse.ArgumentParser) -> None:
 
 
 def setup_logging(args: argparse.Namespace) -> None:
+    """hybridret's log lines on stderr at the level of ``-v``/``-q``; hybridret's own warnings
+    (:class:`~hybridret.errors.HybridRetWarning`, given through :mod:`warnings` for library users)
+    as log lines too; with ``-q`` other libraries' warnings and log chatter are silenced."""
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    _route_warnings(quiet=bool(args.quiet))
     if not any(getattr(h, "_hybridret_cli", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s" if args.verbose else "%(message)s"))
         handler._hybridret_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(level)
+
+
+_CLI_STATE = {"quiet": False}  # this CLI run's -q, read by the warnings hook below
+
+
+def _route_warnings(*, quiet: bool) -> None:
+    import warnings
+
+    _CLI_STATE["quiet"] = quiet
+    if not getattr(warnings.showwarning, "_hybridret_cli", False):
+        original = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None,
+                 line: str | None = None) -> None:
+            from ..errors import HybridRetWarning
+
+            if issubclass(category, HybridRetWarning):
+                logger.warning("warning: %s", message)
+            elif not _CLI_STATE["quiet"]:
+                original(message, category, filename, lineno, file, line)
+
+        show._hybridret_cli = True  # type: ignore[attr-defined]
+        warnings.showwarning = show
+    if quiet:  # read when transformers first loads (later, lazily): its warnings and info lines stay quiet
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 
 # -- building and loading --------------------------------------------------------------------------

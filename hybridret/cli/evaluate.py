@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from ..errors import HybridRetError
 from ._common import add_eval_args, add_method_arg, judged, logger
 
 __all__ = ["add_parsers", "run_eval", "run_tune"]
@@ -14,8 +15,11 @@ __all__ = ["add_parsers", "run_eval", "run_tune"]
 
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser("eval", help="evaluate a method on judged queries (nDCG@10, MRR@10, Recall@100)")
-    add_eval_args(p)
+    add_eval_args(p, stored_run=True)
     add_method_arg(p)
+    p.add_argument("--run", metavar="FILE", dest="stored_run", default=None,
+                   help="evaluate this stored TREC run file against --qrels instead of searching an index "
+                        "(no DIR, no --queries; nothing is loaded but the two files)")
     p.add_argument("--metrics", nargs="+", default=["ndcg@10", "mrr@10", "recall@100"],
                    help="ndcg@K, mrr@K, recall@K, precision@K, map (default: ndcg@10 mrr@10 recall@100)")
     p.add_argument("-k", type=int, default=100, help="depth of each ranking (default: 100)")
@@ -33,6 +37,10 @@ def add_parsers(sub: Any) -> None:
 def run_eval(args: argparse.Namespace) -> int:
     from ..eval import evaluate, run_from_hits
 
+    if args.stored_run is not None:
+        return _eval_stored_run(args)
+    if args.index is None or args.queries is None:
+        raise HybridRetError("eval needs DIR and --queries (or --run FILE to evaluate a stored run)")
     retriever, queries, qrels = judged(args)
     qids = list(queries)
     hits = retriever.search([queries[q] for q in qids], k=args.k, method=args.method)
@@ -47,6 +55,26 @@ def run_eval(args: argparse.Namespace) -> int:
         print(json.dumps({"method": args.method, "resolved": hits.method, "metrics": metrics, "queries": len(qids)}))
     else:
         print(f"{hits.method} on {len(qids)} queries: " + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
+    return 0
+
+
+def _eval_stored_run(args: argparse.Namespace) -> int:
+    from ..data import load_qrels
+    from ..eval import evaluate
+    from ..runs import load_run
+
+    if args.index is not None or args.save_run:
+        raise HybridRetError("--run evaluates a stored run: give no DIR and no --save-run with it")
+    run = load_run(args.stored_run)
+    qrels = load_qrels(args.qrels)
+    judged_run = {q: docs for q, docs in run.items() if qrels.get(q)}
+    if not judged_run:
+        raise HybridRetError(f"none of the {len(run)} queries in {args.stored_run} has judgments in {args.qrels}")
+    metrics = evaluate(judged_run, qrels, args.metrics, relevance_level=args.relevance_level)
+    if args.json:
+        print(json.dumps({"run": args.stored_run, "metrics": metrics, "queries": len(judged_run)}))
+    else:
+        print(f"{args.stored_run} on {len(judged_run)} queries: " + "  ".join(f"{m} {v:.4f}" for m, v in metrics.items()))
     return 0
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HybridRetError
-from ._common import add_method_arg, add_ray_args, logger, print_hits
+from ._common import add_method_arg, add_ray_args, check_text_args, logger, print_hits
+from .get import add_server_args, remote_client, server_words
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..filters import Filter
@@ -22,7 +23,7 @@ __all__ = ["add_parser", "read_batch_queries", "run", "search_batches", "search_
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("search", help="search an index")
-    p.add_argument("index", metavar="DIR")
+    p.add_argument("index", metavar="DIR", nargs="?", help="the index folder (left out with --server)")
     p.add_argument("query", nargs="*", help="query text (several words are joined); none: --queries, or an "
                                            "interactive prompt on a terminal")
     p.add_argument("--queries", metavar="FILE", default=None,
@@ -44,7 +45,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", default=None)
     add_ray_args(p, build=False)
-    p.set_defaults(run=run)
+    add_server_args(p)
+    p.set_defaults(run=run, usage_error=p.error)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         raise HybridRetError(f"--candidates sets the per-retriever depth of fused methods; --method {args.method} "
                              "is a single retriever (use -k for its depth)")
     filt = parse_filter(args.filter)  # a malformed filter fails before any model loads
+    if args.server:
+        return _search_server(args, filt)
+    if args.index is None:  # a usage error (exit 2), as argparse gives for a missing positional
+        args.usage_error("the following arguments are required: DIR (or --server URL)")
     if args.ray or (Path(args.index) / "shards.json").is_file():
         return _search_sharded(args, filt)
     if args.queries is not None:
@@ -71,6 +77,27 @@ def run(args: argparse.Namespace) -> int:
                                  "standard input), or run on a terminal for an interactive prompt")
         return _search_prompt(HybridRetriever.load(args.index, device=args.device, warm=True), args, filt)
     search_one_query(HybridRetriever.load(args.index, device=args.device), args, filt)
+    return 0
+
+
+def _search_server(args: argparse.Namespace, filt: Filter | None) -> int:
+    """Through a running ``hybridret serve`` (``--server URL``): no model loads in this process."""
+    args.query = server_words(args.index, args.query)
+    check_text_args(args)  # the word taken as DIR is query text here
+    if (args.output or args.trec) and args.queries is None:
+        raise HybridRetError("--output and --trec go with --queries FILE")
+    if args.ray:
+        raise HybridRetError("--server and --ray are two ways to reach an index: choose one")
+    if args.queries is not None and args.query:
+        raise HybridRetError("give a query or --queries FILE, not both")
+    if args.queries is None and not args.query:
+        raise HybridRetError("with --server, give a query or --queries FILE")
+    queries = _batch_queries(args) if args.queries is not None else None
+    with remote_client(args) as client:
+        if queries is None:
+            search_one_query(client, args, filt)
+        else:
+            search_batches(client, args, filt, queries)
     return 0
 
 

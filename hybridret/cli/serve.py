@@ -29,8 +29,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--max-batch", type=int, default=32, help="most queries per micro-batch (default: 32)")
     p.add_argument("--no-batching", action="store_true", help="search each request on its own")
     p.add_argument("--refresh-every", type=float, default=None, metavar="SECONDS",
-                   help="also pick up commits made by other processes every SECONDS (the server's own writes are "
-                        "served at once)")
+                   help="also pick up commits made by other processes every SECONDS, between requests (by default "
+                        "each request already checks the manifest: a stat)")
+    p.add_argument("--no-auto-refresh", action="store_true",
+                   help="do not check for other processes' commits before each request (the server's own writes "
+                        "are always served at once)")
     p.add_argument("--device", default=None)
     g = p.add_argument_group("cluster (needs the ray extra: pip install 'hybridret[ray]'; see docs/cluster.md)")
     g.add_argument("--ray", action="store_true",
@@ -58,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     key = read_api_key(args.api_key_file) if args.api_key_file else None
     config = ServeConfig(api_key=key, protect_reads=args.protect_reads, batching=not args.no_batching,
                          batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
-                         refresh_every=args.refresh_every)
+                         refresh_every=args.refresh_every, auto_refresh=not args.no_auto_refresh)
     from ..serve.backends import ShardedBackend, is_sharded
 
     index: str | SearchBackend

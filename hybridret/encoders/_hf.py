@@ -46,6 +46,28 @@ def backend_device(backend: str, device: str | None) -> str:
     return "cpu" if auto and backend == "torch-int8" else pick_device(device)
 
 
+class DeviceChoice:
+    """The device an encoder runs on, decided without importing torch where it can be: an explicit
+    ``"cpu"`` (or the CPU-only int8 backend) needs no look; ``None``/``"auto"`` is decided on first
+    use (whether CUDA is there needs torch), so that opening an index for a BM25 search, ``info`` or a
+    delete loads no torch. An explicit CUDA device is checked at once (a clear error before any work)."""
+
+    def __init__(self, backend: str, device: str | None) -> None:
+        auto = device in (None, "auto")
+        check_backend(backend, None if auto else str(device))
+        self._asked = device
+        self._value: str | None = None
+        if auto and backend == "torch-int8":
+            self._value = "cpu"
+        elif not auto:
+            self._value = str(device) if str(device).startswith("cpu") else pick_device(device)
+
+    def get(self) -> str:
+        if self._value is None:
+            self._value = pick_device(self._asked)
+        return self._value
+
+
 def backend_config(backend: str) -> dict[str, str]:
     """The config entry for ``backend``: none for the default, so configs (index manifests, encoding
     cache keys) written before backends existed stay equal to today's."""
@@ -190,12 +212,16 @@ class TransformerRunner:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.special_ids = set(self.tokenizer.all_special_ids)
         self._fast = self._own_backend_tokenizer()
+        self._plain = self._own_backend_tokenizer(truncate=False)
 
-    def _own_backend_tokenizer(self) -> Any:
+    def _own_backend_tokenizer(self, *, truncate: bool = True) -> Any:
         """A private copy of a fast tokenizer's Rust tokenizer, truncating at ``max_length + 1`` and
         never padding, set once: calling it skips transformers' per-call wrapper (argument checks,
         truncation reset, BatchEncoding), about half of a short query's tokenising time, with the same
-        ids. ``None`` for a slow (Python) tokenizer, which is then called as before."""
+        ids. ``truncate=False``: a copy that never truncates, for :meth:`plain_ids` (a passage longer
+        than the model's positions is not an error there, and transformers' wrapper would print "Token
+        indices sequence length is longer than ..." for it). ``None`` for a slow (Python) tokenizer,
+        which is then called as before."""
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         if backend is None or not hasattr(backend, "to_str"):
             return None
@@ -203,7 +229,10 @@ class TransformerRunner:
 
         own = Tokenizer.from_str(backend.to_str())
         own.no_padding()
-        own.enable_truncation(self.max_length + 1)
+        if truncate:
+            own.enable_truncation(self.max_length + 1)
+        else:
+            own.no_truncation()
         return own
 
     def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], int]:
@@ -226,7 +255,9 @@ class TransformerRunner:
     def plain_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens or truncation. Safe to call from several threads."""
         with self._tokenizer_lock:
-            return list(self.tokenizer(text, add_special_tokens=False, truncation=False)["input_ids"])
+            if self._plain is not None:
+                return list(self._plain.encode(text, add_special_tokens=False).ids)
+            return list(self.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
 
     def batches(
         self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None

@@ -10,9 +10,9 @@ import numpy as np
 from ..models import DEFAULT_DENSE_MODEL, is_hub_id, model_location, resolve_model
 from ._hf import (
     DEFAULT_BACKEND,
+    DeviceChoice,
     TransformerRunner,
     backend_config,
-    backend_device,
     check_backend,
     check_max_length,
     check_pooling,
@@ -68,7 +68,7 @@ class DenseEncoder(Encoder):
         self.query_prefix = query_prefix
         self.document_prefix = document_prefix
         self.batch_size = batch_size
-        self._device = backend_device(backend, device)
+        self._device_choice = DeviceChoice(backend, device)
         self._runner: TransformerRunner | None = None
         self._dim = 0
         if is_hub_id(self.path):  # nothing is known about a Hub model before it is downloaded
@@ -76,7 +76,7 @@ class DenseEncoder(Encoder):
 
     def _load(self) -> None:
         self._fingerprint(self.model_name)
-        runner = TransformerRunner(self.model_name, "base", device=self._device, max_length=self.max_length,
+        runner = TransformerRunner(self.model_name, "base", device=self.device, max_length=self.max_length,
                                    path=self.path, backend=self.backend)
         self._dim = int(runner.model.config.hidden_size)
         self.max_length = runner.max_length
@@ -96,7 +96,7 @@ class DenseEncoder(Encoder):
 
     @property
     def device(self) -> str:
-        return self._device
+        return self._device_choice.get()
 
     def _loaded_runners(self) -> list[Any]:
         return [self._runner] if self._runner is not None else []

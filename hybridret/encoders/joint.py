@@ -14,9 +14,9 @@ from ..errors import EncoderError
 from ..models import is_hub_id, model_location, resolve_model
 from ._hf import (
     DEFAULT_BACKEND,
+    DeviceChoice,
     TransformerRunner,
     backend_config,
-    backend_device,
     check_backend,
     check_max_length,
     check_pooling,
@@ -77,7 +77,7 @@ class JointEncoder(Encoder):
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        self._device = backend_device(backend, device)
+        self._device_choice = DeviceChoice(backend, device)
         self._runner: TransformerRunner | None = None
         self._query_runner: TransformerRunner | None = None
         if any(p is not None and is_hub_id(p) for p in self._paths):
@@ -88,10 +88,10 @@ class JointEncoder(Encoder):
         if self.query_model is not None:
             self._fingerprint(self.query_model)
         (doc_name, query_name), (doc_path, query_path) = self._names, self._paths
-        runner = TransformerRunner(doc_name, "mlm", device=self._device, max_length=self.max_length, path=doc_path,
+        runner = TransformerRunner(doc_name, "mlm", device=self.device, max_length=self.max_length, path=doc_path,
                                    backend=self.backend)
         query_runner = runner if query_path is None else TransformerRunner(
-            str(query_name), "mlm", device=self._device, max_length=runner.max_length, path=query_path,
+            str(query_name), "mlm", device=self.device, max_length=runner.max_length, path=query_path,
             backend=self.backend)
         self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         if query_runner is not runner:
@@ -133,7 +133,7 @@ class JointEncoder(Encoder):
 
     @property
     def device(self) -> str:
-        return self._device
+        return self._device_choice.get()
 
     def _loaded_runners(self) -> list[Any]:
         if self._runner is None:

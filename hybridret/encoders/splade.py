@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from ..errors import EncoderError
 from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
-from ._hf import DEFAULT_BACKEND, TransformerRunner, backend_config, backend_device, check_backend, check_max_length
+from ._hf import DEFAULT_BACKEND, DeviceChoice, TransformerRunner, backend_config, check_backend, check_max_length
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["HEAD_ROWS", "SpladeEncoder", "mlm_parts", "sparse_vocab_mask", "splade_weights", "splade_weights_sliced"]
@@ -177,7 +177,7 @@ class SpladeEncoder(Encoder):
         self.doc_top_k = doc_top_k
         self.query_top_k = query_top_k
         self.batch_size = batch_size
-        self._device = backend_device(backend, device)
+        self._device_choice = DeviceChoice(backend, device)
         self._runner: TransformerRunner | None = None
         self._keep: Any = None
         self._vocab: list[str] = []
@@ -186,7 +186,7 @@ class SpladeEncoder(Encoder):
 
     def _load(self) -> None:
         self._fingerprint(self.model_name)
-        runner = TransformerRunner(self.model_name, "mlm", device=self._device, max_length=self.max_length,
+        runner = TransformerRunner(self.model_name, "mlm", device=self.device, max_length=self.max_length,
                                    path=self.path, backend=self.backend)
         self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         self.max_length = runner.max_length
@@ -208,7 +208,7 @@ class SpladeEncoder(Encoder):
 
     @property
     def device(self) -> str:
-        return self._device
+        return self._device_choice.get()
 
     def _loaded_runners(self) -> list[Any]:
         return [self._runner] if self._runner is not None else []

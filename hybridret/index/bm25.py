@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -349,7 +350,7 @@ class BM25Store:
         if not len(terms) or not rows.size:
             return out.astype(np.float32)
         fac = self._fac_array(avgdl, fac)
-        kern = _numba("score")
+        kern = _numba("score", len(self.docs))
         if kern is not None:
             kern(ptr, terms, weights, self.indptr, self.docs, fac, rows, out)
             return out.astype(np.float32)
@@ -397,7 +398,7 @@ class BM25Store:
             return rows, scores.astype(np.float32)
         fac = self._factors(avgdl, fac)
         mask = np.zeros(0, dtype=np.bool_) if allowed is None else np.asarray(allowed, dtype=np.bool_)
-        kern = _numba("topk_pruned" if prune else "topk")
+        kern = _numba("topk_pruned" if prune else "topk", len(self.docs))
         if kern is None:
             for q in range(nq):
                 _numpy_topk(self, terms[ptr[q]:ptr[q + 1]], weights[ptr[q]:ptr[q + 1]], fac.fac, mask, rows[q],
@@ -456,13 +457,22 @@ def _numpy_topk(st: BM25Store, terms: np.ndarray, weights: np.ndarray, fac: np.n
 
 
 _KERNEL: dict[str, Any] = {}  # compiled code, the same for every store (not search state)
+# Below this many postings, and while nothing in the process has loaded numba yet, numpy searches:
+# importing numba and loading the kernels from its cache takes ~1 s, many times a small store's
+# exhaustive numpy search (a BM25-only `hybridret search` on a small index then starts in ~0.5 s)
+SMALL_POSTINGS = 200_000
 
 
-def _numba(name: str) -> Any:
+def _numba(name: str, postings: int | None = None) -> Any:
     """A numba kernel of :mod:`._bm25_kernels` (``topk``, ``topk_pruned``, ``score``), compiled or
     loaded from numba's cache on first use; ``None`` without numba or with ``HYBRIDRET_NUMBA=0``
-    (then numpy does the same arithmetic, exhaustively)."""
-    if os.environ.get("HYBRIDRET_NUMBA", "1") == "0":
+    (then numpy does the same arithmetic, exhaustively), and for a store of fewer than
+    :data:`SMALL_POSTINGS` ``postings`` while numba is not loaded yet (``HYBRIDRET_NUMBA=1``: numba
+    whatever the size). Both give the same rows, ties and scores."""
+    choice = os.environ.get("HYBRIDRET_NUMBA")
+    if choice == "0":
+        return None
+    if choice != "1" and postings is not None and postings < SMALL_POSTINGS and "numba" not in sys.modules:
         return None
     if name not in _KERNEL:
         try:

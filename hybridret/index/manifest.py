@@ -23,6 +23,7 @@ the same folders, and ``compact(migrate=True)`` rewrites the segments.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -62,13 +63,21 @@ def tombstone_commit(name: str) -> int | None:
 
 
 def library_versions() -> dict[str, str]:
+    """The versions of the libraries an index's files depend on (a fresh dict each call)."""
+    return dict(_installed_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_versions() -> tuple[tuple[str, str], ...]:
+    # looked up once per process: each metadata.version() scans sys.path (~20 ms for the eight, paid
+    # on every manifest read and commit before)
     out = {"hybridret": __version__}
     for dist in ("faiss-cpu", "faiss-gpu", "faiss-gpu-cu12", "tantivy", "numpy", "scipy", "torch", "transformers"):
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             continue
-    return out
+    return tuple(out.items())
 
 
 def new_segment(root: str | Path) -> Path:

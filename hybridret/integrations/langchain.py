@@ -133,7 +133,7 @@ class HybridRetVectorStore(VectorStore):
     - ``delete(ids)`` deletes (``missing="ignore"`` skips unknown ids; ``delete()`` with no ids, i.e.
       "delete everything", is refused).
     - ``similarity_search(query, k=4, filter=None, method=None)`` and ``similarity_search_with_score``
-      search (hybrid by default); ``get_by_ids`` works in-process (Searcher/HybridRetriever).
+      search (hybrid by default); ``get_by_ids`` reads stored documents (in-process or through a Client).
     - Not supported, with a NotImplementedError that says why: searching by vector, MMR (hybridret
       exposes no document vectors) and relevance scores in [0, 1] (fused and BM25 scores are unbounded).
     A read-only Searcher works for searching; writes then raise :class:`~hybridret.ConfigError`.
@@ -187,19 +187,18 @@ class HybridRetVectorStore(VectorStore):
         return [doc for doc, _ in self.similarity_search_with_score(query, k, filter, method, **kwargs)]
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """The stored documents with these ids (unknown ids are left out); in-process backends only."""
-        searcher = getattr(self.index, "searcher", self.index)
-        snap = getattr(searcher, "snapshot", None)
-        if snap is None or not callable(getattr(snap, "row_of", None)):
-            raise NotImplementedError(f"get_by_ids needs an in-process index (Searcher or HybridRetriever); "
-                                      f"{type(self.index).__name__} has no lookup by id")
+        """The stored documents with these ids (unknown ids are left out, repeated ids given once), from
+        any backend: a Searcher, a HybridRetriever or a :class:`~hybridret.client.Client` (``GET /documents``)."""
+        wanted = [str(i) for i in dict.fromkeys(ids)]
+        if not wanted:
+            return []
         out = []
-        for doc_id in dict.fromkeys(ids):
-            row = snap.row_of(doc_id)
-            if row is None:
+        for doc in self.index.get(wanted):
+            if doc is None:
                 continue
-            title, text, meta = snap.get(row)
-            out.append(Document(id=doc_id, page_content=text, metadata={**meta, "id": doc_id, "title": title}))
+            meta = dict(doc.get("metadata") or {})
+            out.append(Document(id=doc["id"], page_content=doc.get("text") or "",
+                                metadata={**meta, "id": doc["id"], "title": doc.get("title") or ""}))
         return out
 
     def _select_relevance_score_fn(self) -> Any:

@@ -62,6 +62,7 @@ from ..types import SearchBackend
 from .auth import key_matches
 from .backends import ServeBackend, load_backend
 from .batching import MicroBatcher
+from .docs import install_docs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..retriever import HybridRetriever
@@ -94,6 +95,9 @@ class ServeConfig:
     batch_window_ms: float = 3.0
     max_batch: int = 32
     refresh_every: float | None = None
+    # before each read, a stat of the manifest: a commit by another process (the CLI, a script) is served
+    # from the next request on; False: only the server's own writes (and refresh_every) change what it serves
+    auto_refresh: bool = True
     max_body_bytes: int = MAX_BODY_BYTES
     search_threads: int = 2
 
@@ -382,7 +386,26 @@ class Service:
         """The backend's searcher: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
         return self.backend.searcher
 
+    def fresh(self) -> None:
+        """Before a read: pick up other processes' commits (``auto_refresh``; one ``stat`` when nothing changed)."""
+        if self.config.auto_refresh:
+            check = getattr(self.backend, "refresh_if_changed", None)
+            if check is not None:
+                check()
+
+    def expand_ids(self, values: list[str]) -> list[str]:
+        """``GET /documents`` ids: each value, split at commas (``ids=a,b``) unless the whole value is a
+        stored id (ids may hold commas)."""
+        out: list[str] = []
+        for value in values:
+            if "," in value and self.backend.get([value])[0] is None:
+                out += [part.strip() for part in value.split(",") if part.strip()]
+            else:
+                out.append(value)
+        return out
+
     def _run(self, queries: list[str], settings: dict[str, Any]) -> list[dict[str, Any]]:
+        self.fresh()
         with_text = settings["with_text"]
         hits = self.backend.search(queries, settings["k"], method=settings["method"], filter=settings["filter"],
                                    fusion=settings["fusion"], candidates=settings["candidates"])
@@ -421,8 +444,9 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
         await run_in_threadpool(backend.close)
         logger.info("server stopped; %s", backend.describe())
 
-    app = FastAPI(title="hybridret", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="hybridret", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Hybrid dense + learned-sparse retrieval over one index. Search page at `/`.")
+    install_docs(app, title="hybridret")  # /docs from local files: FastAPI's loads Swagger UI from a CDN
     app.state.service = service
     bearer = HTTPBearer(auto_error=False, description="the key in the server's --api-key-file")
 
@@ -504,11 +528,13 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
     @app.get("/health", response_model=HealthResponse, response_model_exclude_unset=True,
              summary="liveness (never needs a key)")
     async def health() -> dict[str, Any]:
+        await run_in_threadpool(service.fresh)
         return {"status": "ok", **backend.health()}
 
     @app.get("/info", dependencies=[Depends(read_auth)], responses=_ERRORS,
              summary="counts, encoders, fusion configuration, segments, batching statistics")
     async def info() -> dict[str, Any]:
+        await run_in_threadpool(service.fresh)
         return {
             "version": __version__, **backend.info(), "methods": list(method_names(REGISTRY)),
             "batching": {**service.batcher.config(), **service.batcher.stats.to_dict()},
@@ -519,11 +545,19 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
         }
 
     @app.get("/documents", dependencies=[Depends(read_auth)], responses=_ERRORS,
-             summary="stored documents by id (null for ids not in the index): /documents?ids=a&ids=b")
-    async def get_documents(ids: list[str] = Query(..., description="document ids")) -> dict[str, Any]:
-        if len(ids) > MAX_DOCUMENTS:
-            raise ApiError(400, "invalid_request", f"at most {MAX_DOCUMENTS} ids per request, got {len(ids)}")
-        return {"documents": await run_in_threadpool(backend.get, ids)}
+             summary="stored documents by id (null for ids not in the index): /documents?ids=a&ids=b or ?ids=a,b")
+    async def get_documents(ids: list[str] = Query(..., description="document ids, repeated (ids=a&ids=b) or "
+                                                                    "comma-separated (ids=a,b); a value that is "
+                                                                    "itself a stored id is taken whole")
+                            ) -> dict[str, Any]:
+        def lookup() -> list[dict[str, Any] | None]:
+            service.fresh()
+            wanted = service.expand_ids(ids)
+            if len(wanted) > MAX_DOCUMENTS:
+                raise ApiError(400, "invalid_request", f"at most {MAX_DOCUMENTS} ids per request, got {len(wanted)}")
+            return backend.get(wanted)
+
+        return {"documents": await run_in_threadpool(lookup)}
 
     # -- writes --
     @app.post("/documents", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,

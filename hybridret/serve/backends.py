@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import ConfigError, HybridRetError
+from ..errors import ConfigError, HybridRetError, StaleSnapshotWarning
 from ..filters import Filter
 from ..types import Hits, SearchBackend
 
@@ -106,6 +107,16 @@ class LocalBackend:
     def refresh_every(self, seconds: float) -> None:
         self.searcher.refresh_every(seconds)
         self._own_timer = True
+
+    def refresh_if_changed(self) -> None:
+        """Serve the commits other processes made (a ``stat`` of the manifest per call); when the new
+        commit cannot be opened, keep serving the current one and say so."""
+        try:
+            self.searcher.refresh_if_changed()
+        except Exception as exc:
+            logger.debug("refreshing %s failed", self.searcher.root, exc_info=True)
+            warnings.warn(f"refreshing {self.searcher.root} failed ({type(exc).__name__}: {exc}); still serving "
+                          f"commit {self.searcher.snapshot.commit}", StaleSnapshotWarning, stacklevel=2)
 
     def describe(self) -> str:
         return f"last commit {self.searcher.snapshot.commit}"
@@ -214,6 +225,9 @@ class ShardedBackend:
 
         self._timer = threading.Thread(target=loop, name="hybridret-shard-refresh", daemon=True)
         self._timer.start()
+
+    def refresh_if_changed(self) -> None:
+        """Nothing per request: the shards live in other processes (use ``refresh_every``)."""
 
     def describe(self) -> str:
         return f"shard commits {self.searcher.commits}"
