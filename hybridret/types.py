@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .snippets import Snippet
 
-__all__ = ["Group", "Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults"]
+__all__ = ["Group", "Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults", "result_json"]
 
 
 @dataclass(frozen=True)
@@ -217,3 +217,15 @@ class SearchBackend(Protocol):
                fusion: Any = None, candidates: int | None = None) -> SearchResults: ...
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]: ...
+
+
+def result_json(hits: Any, i: int, *, with_text: bool = True) -> dict[str, Any]:
+    """Query ``i``'s result as JSON (the CLI's ``--json`` and the server's): ``"hits"`` (each with
+    its ``"snippets"``; grouped: with its ``"group"``, ranked by group, in group order) and, when
+    grouped, ``"groups"``: each group's key, rank, score and ``size`` (how many of the hits, which
+    follow in that order, are the group's)."""
+    out: dict[str, Any] = {"hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
+    if getattr(hits, "group_keys", None) is not None:
+        out["groups"] = [{"key": g.key, "rank": g.rank, "score": _finite(g.score), "size": len(g.hits)}
+                         for g in hits.groups(i)]
+    return out

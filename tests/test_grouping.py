@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from _tiny_models import tiny_cross_encoder
 
 from hybridret import HybridRetriever
 from hybridret.errors import ConfigError
@@ -215,24 +216,6 @@ def test_bad_grouping_and_page_arguments(kb):
 
 
 # -- the reranking stage ------------------------------------------------------------------------
-def _tiny_cross_encoder(folder: Path) -> Path:
-    """A randomly initialised BERT classifier with a word-level vocabulary, saved as safetensors."""
-    import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
-    words = sorted({w.lower() for line in (SAMPLE / "corpus.jsonl").open()
-                    for w in json.loads(line)["text"].replace(",", " ").replace(".", " ").split()})[:3000]
-    folder.mkdir(parents=True)
-    (folder / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True)
-    torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=len(words) + 5, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=256, num_labels=1)
-    BertForSequenceClassification(cfg).eval().save_pretrained(folder, safe_serialization=True)
-    tok.save_pretrained(folder)
-    return folder
-
-
 class ByLength(Reranker):
     def scores(self, query, passages):
         return np.array([float(len(p)) for p in passages])
@@ -242,7 +225,7 @@ def test_a_cross_encoder_reorders_the_first_stage_as_its_scores_say(kb, queries,
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    folder = _tiny_cross_encoder(tmp_path / "ce")
+    folder = tiny_cross_encoder(tmp_path / "ce")
     first = kb.search(queries, k=20, method="hybrid")
     hits = kb.search(queries, k=10, method="hybrid", rerank=str(folder), rerank_depth=20)
     tok = AutoTokenizer.from_pretrained(folder)

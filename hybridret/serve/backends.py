@@ -74,8 +74,11 @@ class LocalBackend:
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
-        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates)
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
+               **options: Any) -> Hits:
+        """``options``: ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``."""
+        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
+                                    **options)
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
@@ -155,9 +158,10 @@ class ShardedBackend:
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
+               **options: Any) -> Hits:
         return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
-                                    partial=False)  # a missing shard: ShardUnavailableError
+                                    partial=False, **options)  # a missing shard: ShardUnavailableError
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
