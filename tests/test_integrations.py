@@ -461,7 +461,7 @@ def test_adapters_group_chunks_by_their_document(searcher):
     nodes = HybridRetLlamaIndexRetriever(searcher, similarity_top_k=3, method="sparse", group_by="lang",
                                          group_size=2).retrieve(q)
     assert [(n.node.node_id, n.node.ref_doc_id) for n in nodes] == [(i, str(key)) for i, key in want]
-    assert "group_rank" not in n.node.get_content(metadata_mode="llm")
+    assert all("group_rank" not in n.node.get_content(metadata_mode="llm") for n in nodes)
 
     hay = HybridRetHaystackRetriever(searcher, top_k=3, method="sparse", group_by="lang", group_size=2)
     out = hay.run(q)["documents"]
