@@ -255,9 +255,39 @@ def test_a_cross_encoder_reorders_the_first_stage_as_its_scores_say(kb, queries,
         assert all(h.score == len(f"{h.title}\n{h.text}" if h.title else h.text) for h in grouped[i])
 
 
+class Wrong(Reranker):
+    def scores(self, query, passages):
+        return [1.0]
+
+
+def test_a_reranker_must_score_every_passage(kb):
+    with pytest.raises(ConfigError, match="one score per passage"):
+        kb.search("a question", k=3, rerank=Wrong(), rerank_depth=5)
+
+
 def test_a_pickled_checkpoint_is_refused(tmp_path):
     (tmp_path / "ce").mkdir()
     (tmp_path / "ce" / "config.json").write_text("{}")
     (tmp_path / "ce" / "pytorch_model.bin").write_bytes(b"x")
     with pytest.raises(ConfigError, match="safetensors"):
         CrossEncoderReranker(tmp_path / "ce")
+
+
+def test_grouping_digs_deeper_when_one_document_fills_the_top(paired_encoder, tmp_path):
+    """40 chunks of one document outrank everything: the top list is deepened until k groups are
+    certain, and the groups equal brute force."""
+    big = [{"id": f"tower#{i}", "text": f"The Eiffel tower in Paris, part {i}, an iron lattice tower.",
+            "metadata": {"parent_id": "tower"}} for i in range(40)]
+    rest = [{"id": f"d{i}", "text": f"A note {i} about towers of stone and iron in old cities.",
+             "metadata": {"parent_id": f"p{i % 6}"}} for i in range(30)]
+    r = HybridRetriever(paired_encoder).index(big + rest, workdir=tmp_path / "i")
+    for name in ("dense", "bm25"):
+        flat = r.search("eiffel tower paris iron lattice", k=16, method=name)
+        assert {h.metadata["parent_id"] for h in flat[0]} == {"tower"}  # the first round holds one group
+        hits = r.search("eiffel tower paris iron lattice", k=4, method=name, group_by="parent_id", group_size=3)
+        want = _brute_groups(r, name, ["eiffel tower paris iron lattice"], None, 4, 3)[0]
+        got = hits.groups(0)
+        assert [g.key for g in got][0] == "tower" and len(got) == len(want) == 4
+        np.testing.assert_allclose([g.score for g in got], [t[0] for t in want], rtol=1e-4, atol=1e-5)
+        for g, (_, _, best) in zip(got, want):
+            np.testing.assert_allclose([h.score for h in g.hits], best, rtol=1e-4, atol=1e-5)

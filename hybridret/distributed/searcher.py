@@ -98,6 +98,7 @@ class ShardedSearcher:
         self.timeout = timeout
         self._owns = owns_actors
         self._encoder = EncoderSlot(encoder, layout.encoder, device)
+        self._rerankers: dict[str, Reranker] = {}  # cross-encoder folder -> its loaded model
         infos = self._call("info", [() for _ in actors])
         for info in infos:
             diffs = compare_configs(layout.encoder, info["encoder"]) if layout.encoder else []
@@ -232,8 +233,6 @@ class ShardedSearcher:
         here on the coordinator, on the encoders' device)."""
         if isinstance(rerank, Reranker):
             return rerank
-        if not hasattr(self, "_rerankers"):
-            self._rerankers: dict[str, Reranker] = {}
         return load_reranker(rerank, device=self._encoder.device, cache=self._rerankers)
 
     def _search(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any,
