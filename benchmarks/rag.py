@@ -219,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         "collection": "msmarco-dl19-pool", "smoke": args.smoke, "machine": machine(),
         "documents": {"how": "passages sorted by MS MARCO id, cut into runs of 1-8 (seed 22)", "count": len(docs),
                       "chunks": len(chunks), "queries": len(qids), "build_seconds": round(build_s, 1)},
-        "methods": results, "rerank": rerank,
+        "methods": results, "rerank": rerank, "table": rows,
+        "columns": ["method", "result", "distinct docs", "doc nDCG@10", "ms/query"],
         "notes": "ms/query: a batch of all queries, one core, after one warm-up call; group decayed = s1+s2/2+s3/4 "
                  "over each of the top 30 groups by max"})
     tmp.cleanup()
