@@ -33,10 +33,11 @@ from .index import DenseIndex, SparseIndex
 from .indexer import IndexWriter, WriteResult
 from .irds import load_ir_dataset
 from .models import resolve_model
+from .rerank import CrossEncoderReranker, Reranker
 from .retriever import METHODS, HybridRetriever
 from .runs import load_run, write_run
 from .searcher import Searcher
-from .types import Hit, Hits, MatchedTerm
+from .types import Group, Hit, Hits, MatchedTerm, Snippet
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
@@ -45,6 +46,7 @@ __all__ = [
     "ConfigError",
     "CorpusFormatError",
     "CorpusReader",
+    "CrossEncoderReranker",
     "DenseEncoder",
     "DenseIndex",
     "Document",
@@ -54,6 +56,7 @@ __all__ = [
     "EncoderError",
     "Filter",
     "FilterError",
+    "Group",
     "Hit",
     "Hits",
     "HybridRetError",
@@ -68,7 +71,9 @@ __all__ = [
     "MatchedTerm",
     "ModelNotFoundError",
     "PairedEncoder",
+    "Reranker",
     "Searcher",
+    "Snippet",
     "SparseIndex",
     "SpladeEncoder",
     "WriteResult",

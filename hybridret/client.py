@@ -34,8 +34,7 @@ from .errors import (
 )
 from .filters import Filter, FilterError
 from .grouping import DEFAULT_GROUP_SIZE
-from .snippets import Snippet
-from .types import Group, Hit, MatchedTerm
+from .types import Group, Hit, MatchedTerm, Snippet
 
 __all__ = ["AuthenticationError", "Client", "RemoteHits", "ServerError", "ServerUnavailableError"]
 

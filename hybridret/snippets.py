@@ -18,43 +18,15 @@ import re
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+from .types import MatchedTerm, Snippet
 
 __all__ = ["DEFAULT_SNIPPET_WORDS", "Snippet", "WordMatcher", "literal_terms", "make_snippets"]
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 DEFAULT_SNIPPET_WORDS = 32
 _PIECE_MARKS = ("##", "\u2581", "\u0120")  # WordPiece continuation, SentencePiece / byte-level BPE word starts
-
-
-@dataclass(frozen=True)
-class Snippet:
-    """A window of a hit's text: ``text`` = ``hit.text[start:end]``; ``highlights`` are the
-    ``(start, end)`` spans of its matched words, relative to ``text``."""
-
-    text: str
-    start: int
-    end: int
-    highlights: tuple[tuple[int, int], ...] = ()
-
-    def marked(self, open: str = "**", close: str = "**") -> str:
-        """The snippet with every matched word wrapped in ``open`` / ``close``."""
-        out, at = [], 0
-        for a, b in self.highlights:
-            out += [self.text[at:a], open, self.text[a:b], close]
-            at = b
-        out.append(self.text[at:])
-        return "".join(out)
-
-    @property
-    def words(self) -> list[str]:
-        """The matched words, in order."""
-        return [self.text[a:b] for a, b in self.highlights]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "start": self.start, "end": self.end,
-                "highlights": [list(h) for h in self.highlights]}
 
 
 class WordMatcher:
@@ -183,8 +155,6 @@ def matched_view(enc: Any, q: Any, indices: Any, data: Any, text: str, matcher: 
     (``indices``, ``data``), heaviest contribution first, each marked literal or expansion at word
     level (:func:`literal_terms`)."""
     import numpy as np
-
-    from .types import MatchedTerm
 
     shared, qi, di = np.intersect1d(q.indices, indices, assume_unique=True, return_indices=True)
     if not len(shared):

@@ -19,7 +19,6 @@ Returns what :func:`hybridret.plan.execute` returns, plus the group keys and sco
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -143,18 +142,28 @@ def _rerank(plan: SearchPlan, source: CandidateSource, q: QueryBatch, rows: np.n
     return np.take_along_axis(rows, order, axis=1), np.take_along_axis(new, order, axis=1), comps
 
 
-def _chunk(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
-    from .plan import execute
+def _top(plan: SearchPlan, source: CandidateSource, q: QueryBatch, k: int
+         ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The first stage's top ``k``: the retriever's, or the fusion's over the candidates of depth
+    ``max(k, plan.depth)`` (what :func:`hybridret.plan.execute` runs for a plan of that ``k``)."""
+    stats = source.statistics(q, plan.stats) if plan.stats else {}
+    if plan.single is not None:
+        rows, scores = source.top(plan.single, k, q, filt=plan.filter, stats=stats)
+        return rows, scores, {plan.single: scores}
+    cands = source.gather(plan.retrievers, max(k, plan.depth), q, filt=plan.filter, stats=stats,
+                          vectors=plan.vectors)
+    return fuse(plan.fusion, cands, k, source.snapshot, q, filt=plan.filter,  # type: ignore[arg-type]
+                threads=source.threads)
 
+
+def _chunk(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
     spec, need = plan.group, plan.offset + plan.k
     if plan.rerank is None:
         if spec is not None:
             return _grouped_first_stage(plan, source, q)
-        rows, scores, comps = execute(replace(plan, k=need, offset=0, group=None, rerank=None), source, q)
+        rows, scores, comps = _top(plan, source, q, need)
         return rows, scores, comps, None, None
-    n = max(plan.rerank_depth, need)
-    first = replace(plan, k=n, depth=max(plan.depth, n), offset=0, group=None, rerank=None)
-    rows, scores, comps = execute(first, source, q)
+    rows, scores, comps = _top(plan, source, q, max(plan.rerank_depth, need))
     rows, scores, comps = _rerank(plan, source, q, rows, scores, comps)
     if spec is None:
         return rows, scores, comps, None, None

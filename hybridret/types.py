@@ -12,9 +12,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
 
-    from .snippets import Snippet
-
-__all__ = ["Group", "Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults", "result_json"]
+__all__ = ["Group", "Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults", "Snippet", "result_json"]
 
 
 @dataclass(frozen=True)
@@ -29,6 +27,36 @@ class MatchedTerm:
     @property
     def contribution(self) -> float:
         return self.query_weight * self.doc_weight
+
+
+@dataclass(frozen=True)
+class Snippet:
+    """A window of a hit's text (:func:`hybridret.snippets.make_snippets`): ``text`` =
+    ``hit.text[start:end]``; ``highlights`` are the ``(start, end)`` spans of its matched words,
+    relative to ``text``."""
+
+    text: str
+    start: int
+    end: int
+    highlights: tuple[tuple[int, int], ...] = ()
+
+    def marked(self, open: str = "**", close: str = "**") -> str:
+        """The snippet with every matched word wrapped in ``open`` / ``close``."""
+        out, at = [], 0
+        for a, b in self.highlights:
+            out += [self.text[at:a], open, self.text[a:b], close]
+            at = b
+        out.append(self.text[at:])
+        return "".join(out)
+
+    @property
+    def words(self) -> list[str]:
+        """The matched words, in order."""
+        return [self.text[a:b] for a, b in self.highlights]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "start": self.start, "end": self.end,
+                "highlights": [list(h) for h in self.highlights]}
 
 
 @dataclass(frozen=True)
