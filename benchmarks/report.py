@@ -203,6 +203,7 @@ SPEED_FILES = (
     ("bm25-speed.json", "BM25: posting store against tantivy's path and bm25s", "python benchmarks/bm25_speed.py"),
     ("encode-speed.json", "CPU encoding: backends, memory, quality", "python benchmarks/encode_speed.py"),
     ("ray-scale.json", "Ray: distributed build and sharded search on this machine", "python benchmarks/ray_scale.py"),
+    ("rag.json", "RAG: documents made of chunks (grouping, reranker cost)", "python benchmarks/rag.py"),
 )
 
 

@@ -34,10 +34,11 @@ from .index import DenseIndex, SparseIndex
 from .indexer import IndexWriter, WriteResult
 from .irds import load_ir_dataset
 from .models import resolve_model
+from .rerank import CrossEncoderReranker, Reranker
 from .retriever import METHODS, HybridRetriever
 from .runs import load_run, write_run
 from .searcher import Searcher
-from .types import Hit, Hits, MatchedTerm
+from .types import Group, Hit, Hits, MatchedTerm, Snippet
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
 
@@ -47,6 +48,7 @@ __all__ = [
     "ConfigError",
     "CorpusFormatError",
     "CorpusReader",
+    "CrossEncoderReranker",
     "DenseEncoder",
     "DenseIndex",
     "Document",
@@ -56,6 +58,7 @@ __all__ = [
     "EncoderError",
     "Filter",
     "FilterError",
+    "Group",
     "Hit",
     "Hits",
     "HybridRetError",
@@ -70,7 +73,9 @@ __all__ = [
     "MatchedTerm",
     "ModelNotFoundError",
     "PairedEncoder",
+    "Reranker",
     "Searcher",
+    "Snippet",
     "SparseIndex",
     "SpladeEncoder",
     "WriteResult",

@@ -33,7 +33,8 @@ from .errors import (
     IndexReadOnlyError,
 )
 from .filters import Filter, FilterError
-from .types import Hit, MatchedTerm
+from .grouping import DEFAULT_GROUP_SIZE
+from .types import Group, Hit, MatchedTerm, Snippet
 
 __all__ = ["AuthenticationError", "Client", "ClientClosedError", "RemoteHits", "ServerError", "ServerUnavailableError"]
 
@@ -81,6 +82,11 @@ class RemoteHits:
     scores: np.ndarray
     components: dict[str, np.ndarray] = field(default_factory=dict)
     _views: list[list[Hit]] = field(default_factory=list, repr=False)
+    offset: int = 0
+    group_size: int = 0
+    group_keys: np.ndarray | None = None  # grouped: (nq, k) group keys (None padding)
+    group_scores: np.ndarray | None = None  # grouped: (nq, k) group scores (-inf padding)
+    _groups: list[list[Group]] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self._views)
@@ -91,10 +97,20 @@ class RemoteHits:
     def __iter__(self) -> Iterator[list[Hit]]:
         return iter(self._views)
 
+    def groups(self, i: int) -> list[Group]:
+        """Query ``i``'s groups, best first (grouped searches only), as :meth:`Hits.groups`."""
+        if self._groups is None:
+            raise ValueError("these hits are not grouped: search with group_by=...")
+        return self._groups[i]
+
     @classmethod
-    def from_response(cls, data: Mapping[str, Any], k: int) -> RemoteHits:
+    def from_response(cls, data: Mapping[str, Any], k: int, *, group_size: int = 0, offset: int = 0) -> RemoteHits:
         results = data["results"]
         n = len(results)
+        grouped = any(r.get("groups") is not None for r in results)
+        groups_k = k
+        if grouped:
+            k = k * max(group_size, 1)
         ids = np.full((n, k), "", dtype=object)
         scores = np.full((n, k), -np.inf, dtype=np.float32)
         comps: dict[str, np.ndarray] = {}
@@ -114,8 +130,36 @@ class RemoteHits:
                 for j, hit in enumerate(view):
                     if name not in hit.scores:
                         arr[i, j] = np.nan
-        return cls(queries=[r["query"] for r in results], method=data.get("resolved", data.get("method", "")),
-                   ids=ids, scores=scores, components=comps, _views=views)
+        out = cls(queries=[r["query"] for r in results], method=data.get("resolved", data.get("method", "")),
+                  ids=ids, scores=scores, components=comps, _views=views, offset=offset)
+        if grouped:
+            out._place_groups(results, groups_k, max(group_size, 1))
+        return out
+
+    def _place_groups(self, results: list[Mapping[str, Any]], k: int, g: int) -> None:
+        """Grouped results: the hits at their group's columns, and the :class:`Group` objects."""
+        n = len(results)
+        self.group_size = g
+        self.group_keys = np.full((n, k), None, dtype=object)
+        self.group_scores = np.full((n, k), -np.inf, dtype=np.float32)
+        ids, scores = np.full(self.ids.shape, "", dtype=object), np.full(self.scores.shape, -np.inf, np.float32)
+        comps = {name: np.full(v.shape, -np.inf, np.float32) for name, v in self.components.items()}
+        self._groups = []
+        for i, res in enumerate(results):
+            view, at, groups = self._views[i], 0, []
+            for j, gr in enumerate((res.get("groups") or [])[:k]):
+                size = int(gr["size"])
+                hits = view[at:at + size]
+                score = float("nan") if gr.get("score") is None else float(gr["score"])
+                groups.append(Group(key=gr["key"], rank=int(gr["rank"]), score=score, hits=hits))
+                self.group_keys[i, j], self.group_scores[i, j] = gr["key"], score
+                for c, h in enumerate(hits[:g]):
+                    ids[i, j * g + c], scores[i, j * g + c] = h.id, h.score
+                    for name, arr in comps.items():
+                        arr[i, j * g + c] = h.scores.get(name, np.nan)
+                at += size
+            self._groups.append(groups)
+        self.ids, self.scores, self.components = ids, scores, comps
 
 
 def _hit(h: Mapping[str, Any]) -> Hit:
@@ -125,7 +169,11 @@ def _hit(h: Mapping[str, Any]) -> Hit:
                title=h.get("title") or "", text=h.get("text") or "",
                matched_terms=[MatchedTerm(term=m["term"], query_weight=m["query_weight"], doc_weight=m["doc_weight"],
                                           expansion=bool(m["expansion"])) for m in h.get("matched_terms") or []],
-               metadata=dict(h.get("metadata") or {}))
+               metadata=dict(h.get("metadata") or {}),
+               snippets=[Snippet(text=x["text"], start=int(x["start"]), end=int(x["end"]),
+                                 highlights=tuple((int(a), int(b)) for a, b in x.get("highlights") or ()))
+                         for x in h.get("snippets") or []],
+               group=h.get("group"))
 
 
 class Client:
@@ -211,11 +259,16 @@ class Client:
     # -- reads --
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
-               candidates: int | None = None, with_text: bool = True) -> RemoteHits:
+               candidates: int | None = None, with_text: bool = True, offset: int = 0,
+               group_by: str | None = None, group_size: int | None = None, rerank: bool = False,
+               rerank_depth: int | None = None) -> RemoteHits:
         """As :meth:`Searcher.search` (the :class:`~hybridret.types.SearchBackend` signature, plus
         ``with_text``): ``(len(queries), k)`` results, run on the server. The arguments are checked
         as :meth:`Searcher.search` checks them (the method name by the server, which knows its
-        retrievers)."""
+        retrievers). ``offset``, ``group_by`` / ``group_size`` as in the library (grouped:
+        ``hits.groups(i)``, arrays ``(nq, k * group_size)``); ``rerank=True`` reranks with the
+        cross-encoder the server was started with (``hybridret serve --rerank DIR``),
+        ``rerank_depth`` hits deep."""
         from .searcher import check_k, check_queries
 
         texts = check_queries(queries)
@@ -226,7 +279,23 @@ class Client:
             candidates = check_k(candidates, "candidates")
         if not isinstance(with_text, bool):
             raise ConfigError(f"with_text must be true or false, got {with_text!r}")
+        from .searcher import check_stages
+
+        offset, _, _ = check_stages(offset, group_by, group_size, True if rerank is True else None, rerank_depth)
+        if not isinstance(rerank, bool):
+            raise ConfigError(f"rerank must be true or false through a server (it reranks with the folder the "
+                              f"server was started with), got {rerank!r}")
         body: dict[str, Any] = {"k": k, "method": method, "with_text": with_text}
+        if offset:
+            body["offset"] = offset
+        if group_by is not None:
+            body["group_by"] = group_by
+        if group_size is not None:
+            body["group_size"] = group_size
+        if rerank:
+            body["rerank"] = True
+        if rerank_depth is not None:
+            body["rerank_depth"] = rerank_depth
         keep = [i for i, t in enumerate(texts) if t.strip()]  # blank queries get no hits, as in a Searcher
         if len(keep) == 1 and isinstance(queries, str):
             body["query"] = queries
@@ -250,7 +319,9 @@ class Client:
         found, searched = iter(data["results"]), set(keep)
         data = {**data, "results": [next(found) if i in searched else {"query": t, "hits": []}
                                     for i, t in enumerate(texts)]}
-        return RemoteHits.from_response(data, min(k, int(data.get("k", k))))
+        size = group_size if group_size is not None else DEFAULT_GROUP_SIZE
+        return RemoteHits.from_response(data, min(k, int(data.get("k", k))), group_size=size if group_by is not None else 0,
+                                        offset=offset)
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")

@@ -31,11 +31,13 @@ import scipy.sparse as sp
 
 from .errors import ConfigError
 from .hybrid import FUSION_CHUNK, HYBRID_DEFAULT, MAX_CANDIDATES, Candidates, FusionConfig, fuse, gather_candidates, prepare_all
-from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, search_rows
+from .retrievers import REGISTRY, RETRIEVERS, QueryBatch, score_rows, search_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     from .filters import Filter
+    from .grouping import GroupSpec
     from .index.snapshot import Snapshot
+    from .rerank import Reranker
 
 __all__ = ["FUSION_BUDGET_BYTES", "MAX_CANDIDATES", "CandidateSource", "PlanResult", "SearchPlan", "SnapshotSource",
            "default_fusion", "execute", "fused_plan", "fused_search", "fusion_chunk", "plan_search", "run_plan",
@@ -63,7 +65,10 @@ class SearchPlan:
     representations to encode (each used retriever's ``needs`` but ``"text"``); ``depth``: the
     per-retriever depth (``k``, or ``max(k, fusion.depth)``); ``stats``: the used retrievers that
     need collection statistics (``global_stats``); ``vectors``: the fusion needs the candidates'
-    dense vectors (GQR)."""
+    dense vectors (GQR). ``offset``: the hits (grouped: groups) skipped before the ``k`` returned;
+    ``group``: group the hits (:mod:`hybridret.grouping`); ``rerank`` / ``rerank_depth``: rerank the
+    first stage's top ``rerank_depth`` (:mod:`hybridret.rerank`); any of them runs the plan through
+    :func:`hybridret.stages.execute_stages`."""
 
     texts: tuple[str, ...]
     keep: tuple[int, ...]
@@ -78,6 +83,20 @@ class SearchPlan:
     filter: Filter | None
     stats: tuple[str, ...]
     vectors: bool
+    offset: int = 0
+    group: GroupSpec | None = None
+    rerank: Reranker | None = None
+    rerank_depth: int = 0
+
+    @property
+    def staged(self) -> bool:
+        """Whether the plan groups, reranks or pages (run by :func:`hybridret.stages.execute_stages`)."""
+        return bool(self.offset) or self.group is not None or self.rerank is not None
+
+    @property
+    def width(self) -> int:
+        """Columns of the result arrays: ``k`` (grouped: ``k * group.size``)."""
+        return self.k * (self.group.size if self.group is not None else 1)
 
     @property
     def kept_texts(self) -> list[str]:
@@ -97,6 +116,8 @@ class PlanResult:
     components: dict[str, np.ndarray]
     ids: np.ndarray
     query_sparse: sp.csr_matrix | None = None
+    group_keys: np.ndarray | None = None  # grouped: (n, k) internal group keys (None padded)
+    group_scores: np.ndarray | None = None  # grouped: (n, k) each group's best chunk's score (-inf padded)
 
 
 # -- what the index can run, and the fusion defaults --------------------------------------------------
@@ -141,7 +162,9 @@ def default_fusion(method: str = "hybrid", fusion: FusionConfig | Mapping[str, A
 def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping[str, bool],
                 stored_fusion: Mapping[str, Any] | None = None, fusion: FusionConfig | Mapping[str, Any] | None = None,
                 candidates: int | None = None, filt: Filter | None = None, require: bool = True,
-                where: str = "this index", num_docs: int | None = None) -> SearchPlan:
+                where: str = "this index", num_docs: int | None = None, offset: int = 0,
+                group: GroupSpec | None = None, rerank: Reranker | None = None, rerank_depth: int = 0
+                ) -> SearchPlan:
     """The plan of one search, from arguments already validated
     (:func:`~hybridret.searcher.check_search`) and what the index can run: ``available`` (per
     retriever, see :func:`runnable`) and the ``fusion`` setting stored in its manifest or layout
@@ -149,7 +172,8 @@ def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping
     stored or default fusion, or the one retriever there is); ``candidates`` overrides a fused
     method's per-retriever depth. A retriever the plan uses that is not available raises
     :class:`ConfigError` ("``where`` has no ... component"), unless ``require`` is false (an index
-    with no rows, which returns no hits whatever the method).
+    with no rows, which returns no hits whatever the method). ``offset``, ``group``, ``rerank``
+    and ``rerank_depth``: see :class:`SearchPlan` (validated by the caller).
 
     ``num_docs`` (the live documents searched) bounds the work: ``k`` and every depth beyond it
     are cut to it (a list can hold no more), so memory follows the result, never the argument; a
@@ -173,24 +197,28 @@ def plan_search(texts: Sequence[str], k: int, method: str, *, available: Mapping
             if not available.get(name, False):
                 raise ConfigError(f"{where} has no {_COMPONENT.get(name, name)} component")
     label = method if method != "hybrid" else f"hybrid:{cfg.method if cfg else single}"
-    depth = k
+    depth = k + offset  # a page needs the hits before it; never more than the index holds
+    if num_docs is not None:
+        depth = min(depth, max(int(num_docs), 1))
     if cfg is not None:
         if num_docs is not None and cfg.depth > num_docs:
             cfg = cfg.with_(depth=max(int(num_docs), 1))
         if candidates is not None and candidates > MAX_CANDIDATES:
             raise ConfigError(f"candidates is {candidates}; a fused method takes at most {MAX_CANDIDATES} per "
                               "retriever (hybridret.plan.MAX_CANDIDATES)")
-        if k > MAX_CANDIDATES:
-            raise ConfigError(f"k is {k}; method {method!r} fuses at most {MAX_CANDIDATES} candidates per retriever "
+        if k + offset > MAX_CANDIDATES:
+            raise ConfigError(f"k + offset is {k + offset}; method {method!r} fuses at most {MAX_CANDIDATES} "
+                              "candidates per retriever "
                               "(hybridret.plan.MAX_CANDIDATES): ask for fewer, or use one retriever "
                               "(method='dense', 'sparse' or 'bm25') for a deeper list")
-        depth = max(k, cfg.depth)
+        depth = max(depth, cfg.depth)
     return SearchPlan(
         texts=tuple(texts), keep=tuple(i for i, t in enumerate(texts) if t.strip()), k=k, method=method, label=label,
         single=single, fusion=cfg, retrievers=used,
         needs=frozenset(REGISTRY[u].needs for u in used) - {"text"},
         depth=depth, filter=filt,
-        stats=tuple(u for u in used if REGISTRY[u].global_stats), vectors=cfg is not None and cfg.method == "gqr")
+        stats=tuple(u for u in used if REGISTRY[u].global_stats), vectors=cfg is not None and cfg.method == "gqr",
+        offset=offset, group=group, rerank=rerank, rerank_depth=rerank_depth)
 
 
 def fused_plan(config: FusionConfig, k: int, texts: Sequence[str], *, filt: Filter | None = None) -> SearchPlan:
@@ -248,6 +276,29 @@ class CandidateSource(ABC):
     def ids(self, rows: np.ndarray) -> np.ndarray:
         """The document ids of rows this source returned (``""`` for ``-1``), as an object array."""
 
+    # -- what grouping and reranking ask (hybridret.stages) --
+    @property
+    def size(self) -> int:
+        """How many documents there are to search (the deepest a top list can go)."""
+        raise ConfigError(f"{type(self).__name__} cannot group")
+
+    def group_keys(self, rows: np.ndarray, field: str) -> np.ndarray:
+        """The group key (:mod:`hybridret.grouping`) of each row ``(nq, m)``; ``None`` at ``-1``."""
+        raise ConfigError(f"{type(self).__name__} cannot group")
+
+    def group_members(self, groups: Sequence[Sequence[Any]], field: str, filt: Filter | None) -> np.ndarray:
+        """Per query, every live row matching ``filt`` whose group is in its ``groups`` (``-1`` padded)."""
+        raise ConfigError(f"{type(self).__name__} cannot group")
+
+    def score(self, name: str, rows: np.ndarray, q: QueryBatch, *, stats: Mapping[str, Any] | None = None
+              ) -> np.ndarray:
+        """Retriever ``name``'s exact scores of rows ``(nq, m)`` (``0`` at ``-1``)."""
+        raise ConfigError(f"{type(self).__name__} cannot score given rows")
+
+    def texts(self, rows: np.ndarray) -> list[list[str]]:
+        """The text (title and text) of each row ``(nq, m)`` (``""`` at ``-1``), for a reranker."""
+        raise ConfigError(f"{type(self).__name__} cannot return texts")
+
 
 class SnapshotSource(CandidateSource):
     """Candidates from one snapshot (what :class:`~hybridret.searcher.Searcher` searches)."""
@@ -278,6 +329,35 @@ class SnapshotSource(CandidateSource):
         snap = self.snapshot
         out = np.where(rows >= 0, snap.ids[np.maximum(rows, 0)] if snap.num_rows else "", "")  # type: ignore[union-attr]
         return out.astype(object)
+
+    @property
+    def size(self) -> int:
+        return int(self.snapshot.num_docs)  # type: ignore[union-attr]
+
+    def group_keys(self, rows: np.ndarray, field: str) -> np.ndarray:
+        from .grouping import keys_of
+
+        return keys_of(self.snapshot, rows, field)  # type: ignore[arg-type]
+
+    def group_members(self, groups: Sequence[Sequence[Any]], field: str, filt: Filter | None) -> np.ndarray:
+        from .grouping import members_of
+
+        return members_of(self.snapshot, groups, field, filt)  # type: ignore[arg-type]
+
+    def score(self, name: str, rows: np.ndarray, q: QueryBatch, *, stats: Mapping[str, Any] | None = None
+              ) -> np.ndarray:
+        snap = self.snapshot
+        ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]  # type: ignore[arg-type]
+        return score_rows(REGISTRY[name], snap, q, rows, ctx, threads=self.threads)  # type: ignore[arg-type]
+
+    def texts(self, rows: np.ndarray) -> list[list[str]]:
+        return [[full_text(*self.snapshot.get(int(r))[:2]) if r >= 0 else "" for r in line]  # type: ignore[union-attr]
+                for line in np.asarray(rows).tolist()]
+
+
+def full_text(title: str, text: str) -> str:
+    """What a reranker reads of a document: its title and text."""
+    return f"{title}\n{text}" if title else text
 
 
 # -- execution -----------------------------------------------------------------------------------------
@@ -322,14 +402,23 @@ def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanR
     encode the non-blank queries (``encode(texts, plan.needs)``), :func:`execute`, and place the
     results back at every query's position (blank queries: no hits)."""
     source.check(plan)
-    n, k, keep = len(plan.texts), plan.k, list(plan.keep)
+    n, k, keep = len(plan.texts), plan.width, list(plan.keep)
     rows = np.full((n, k), -1, dtype=np.int64)
     scores = np.full((n, k), -np.inf, dtype=np.float32)
     comps: dict[str, np.ndarray] = {}
+    gkeys = np.full((n, plan.k), None, dtype=object) if plan.group is not None else None
+    gscores = np.full((n, plan.k), -np.inf, dtype=np.float32) if plan.group is not None else None
     qs = None
     if keep and not source.empty:
         q = encode(plan.kept_texts, set(plan.needs))
-        r, s, c = execute(plan, source, q)
+        if plan.staged:
+            from .stages import execute_stages
+
+            r, s, c, gk, gs = execute_stages(plan, source, q)
+            if gkeys is not None:
+                gkeys[keep], gscores[keep] = gk, gs  # type: ignore[index]
+        else:
+            r, s, c = execute(plan, source, q)
         rows[keep], scores[keep] = r, s
         for name, v in c.items():
             comps[name] = np.full((n, k), np.nan, dtype=np.float32)
@@ -337,7 +426,8 @@ def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanR
         if q.sparse is not None:  # rows of the blank queries stay empty
             place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))), shape=(n, len(keep)))
             qs = (place @ q.sparse).tocsr()
-    return PlanResult(rows=rows, scores=scores, components=comps, ids=source.ids(rows), query_sparse=qs)
+    return PlanResult(rows=rows, scores=scores, components=comps, ids=source.ids(rows), query_sparse=qs,
+                      group_keys=gkeys, group_scores=gscores)
 
 
 def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,

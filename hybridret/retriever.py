@@ -409,12 +409,15 @@ class HybridRetriever:
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               threads: int | None = None) -> Hits:
-        """See :meth:`Searcher.search` (``threads``: this call's thread budget, ``None``: every core)."""
+               threads: int | None = None, offset: int = 0, group_by: str | None = None,
+               group_size: int | None = None, rerank: Any = None, rerank_depth: int | None = None) -> Hits:
+        """See :meth:`Searcher.search` (``threads``: this call's thread budget, ``None``: every core;
+        ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``: pages, groups, reranking)."""
         if self._searcher is None:
             raise ConfigError("the retriever has no index yet: call index() or load()")
         return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
-                                     threads=threads)
+                                     threads=threads, offset=offset, group_by=group_by, group_size=group_size,
+                                     rerank=rerank, rerank_depth=rerank_depth)
 
 
 def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:

@@ -31,13 +31,16 @@ from .encoders import Encoder, encoder_from_config
 from .encoders.reps import REPRESENTATIONS, encode
 from .errors import ConfigError, StaleSnapshotWarning
 from .filters import Filter, parse_filter
+from .grouping import GroupSpec, check_group, key_values
 from .hybrid import FusionConfig
 from .index.expiry import Clock, check_clock
 from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
 from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
+from .rerank import Reranker, check_rerank, load_reranker
 from .retrievers import BUILTIN, REGISTRY, QueryBatch
 from .retrievers.base import check_threads
+from .snippets import WordMatcher, hit_snippets, matched_view
 from .types import Hit, Hits, MatchedTerm
 
 __all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
@@ -126,6 +129,22 @@ def check_search(queries: Any, k: Any, method: str, candidates: Any, filter: Any
     return texts, k, candidates, parse_filter(filter)
 
 
+MAX_OFFSET = 100_000
+
+
+def check_offset(offset: Any) -> int:
+    """A page's offset: a non-negative integer (hits, or groups when grouped, skipped)."""
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= MAX_OFFSET:
+        raise ConfigError(f"offset must be an integer from 0 to {MAX_OFFSET}, got {offset!r}")
+    return int(offset)
+
+
+def check_stages(offset: Any, group_by: Any, group_size: Any, rerank: Any, rerank_depth: Any
+                 ) -> tuple[int, GroupSpec | None, int]:
+    """The validated page offset, grouping and rerank depth of a search."""
+    return check_offset(offset), check_group(group_by, group_size), check_rerank(rerank, rerank_depth)
+
+
 def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> QueryBatch:
     """``texts`` encoded into the representations in ``needs`` (``"text"`` needs none); the
     encoder is built on first use, and runs only the models asked for."""
@@ -139,9 +158,10 @@ def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> 
 class HitSource:
     """What per-hit views read: the snapshot the search ran on and the encoder's vocabulary."""
 
-    def __init__(self, snap: Snapshot, encoder: EncoderSlot) -> None:
+    def __init__(self, snap: Snapshot, encoder: EncoderSlot, matcher: WordMatcher | None = None) -> None:
         self.snap = snap
         self.encoder = encoder
+        self.matcher = matcher or WordMatcher()
 
     def view(self, hits: Hits, i: int) -> list[Hit]:
         out: list[Hit] = []
@@ -155,25 +175,19 @@ class HitSource:
                 matched = self._matched_terms(hits.query_sparse[i], int(row), (title + " " + text).strip())
             out.append(Hit(id=str(hits.ids[i, j]), rank=j + 1, score=float(hits.scores[i, j]),
                            scores={name: float(v[i, j]) for name, v in hits.components.items()},
-                           title=title, text=text, matched_terms=matched, metadata=meta))
+                           title=title, text=text, matched_terms=matched, metadata=meta,
+                           snippets=hit_snippets(hits.queries[i], text, matched, self.matcher)))
         return out
 
     def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
+        """The learned-sparse terms query ``q`` shares with ``row``, literal or expansion decided
+        at word level (:func:`hybridret.snippets.literal_terms`: "star" is literal in "Stars")."""
         s, local = self.snap.locate(np.array([row]))
         part = self.snap.segments[int(s[0])].part("sparse")
         if part is None:
             return []
         d = part.forward[int(local[0])]
-        shared, qi, di = np.intersect1d(q.indices, d.indices, assume_unique=True, return_indices=True)
-        if not len(shared):
-            return []
-        enc = self.encoder.get()
-        literal = enc.text_term_ids(text) if text else set()
-        vocab = enc.vocab or []
-        terms = [MatchedTerm(term=vocab[t], query_weight=float(q.data[a]), doc_weight=float(d.data[b]),
-                             expansion=int(t) not in literal) for t, a, b in zip(shared, qi, di)]
-        terms.sort(key=lambda m: -m.contribution)
-        return terms
+        return matched_view(self.encoder.get(), q, d.indices, d.data, text, self.matcher)
 
 
 class Searcher:
@@ -200,6 +214,9 @@ class Searcher:
         self._encoder = encoder if isinstance(encoder, EncoderSlot) else EncoderSlot(encoder, stored, device)
         self._refresh_lock = threading.Lock()
         self._manifest_stat: tuple[int, int, int] | None = None  # the manifest file as last read (see refresh_if_changed)
+        self._rerankers: dict[str, Reranker] = {}  # cross-encoder folder -> its loaded model
+        self._rerank_lock = threading.Lock()
+        self._matcher = WordMatcher()
         self._stop = threading.Event()
         self._timer: threading.Thread | None = None
         if refresh_every is not None:
@@ -345,7 +362,9 @@ class Searcher:
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               threads: int | None = None) -> Hits:
+               threads: int | None = None, offset: int = 0, group_by: str | None = None,
+               group_size: int | None = None, rerank: Reranker | str | Path | None = None,
+               rerank_depth: int | None = None) -> Hits:
         """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
         query refined towards the learned-sparse + BM25 scores of the candidates, each guide weighted
         per query by its top-10 agreement with the other retrievers), one retriever
@@ -358,13 +377,37 @@ class Searcher:
         (default: the searcher's; ``None`` there: every core; ``1``: no worker thread). Blank
         queries get no hits. Returns :class:`Hits` of shape ``(len(queries), min(k, live documents))``:
         a ``k`` beyond the index's size costs nothing extra; fused methods rank at most
-        :data:`~hybridret.hybrid.MAX_CANDIDATES` (10 000) per retriever."""
+        :data:`~hybridret.hybrid.MAX_CANDIDATES` (10 000) per retriever.
+
+        ``offset``: skip that many hits (grouped: groups); a page is a slice of the unpaginated list
+        of the same snapshot. ``group_by`` / ``group_size``: the top ``k`` groups of chunks sharing
+        that metadata field's value, with their best ``group_size`` chunks (default 3; see
+        :mod:`hybridret.grouping`: exact for single retrievers). ``rerank``: a
+        :class:`~hybridret.rerank.Reranker` or a local cross-encoder folder scoring the first
+        stage's top ``rerank_depth`` (default 50); the hits follow its score (see
+        :mod:`hybridret.stages`)."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
+        offset, group, rerank_depth = check_stages(offset, group_by, group_size, rerank, rerank_depth)
         threads = check_threads(threads) if threads is not None else self.threads
+        reranker = self.reranker(rerank) if rerank is not None else None
         snap = self.current()  # one snapshot for the whole call, expired documents masked
         plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
                            fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
-                           num_docs=snap.num_docs)
+                           num_docs=snap.num_docs, offset=offset, group=group, rerank=reranker,
+                           rerank_depth=rerank_depth)
         res = run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
         return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
-                    components=res.components, query_sparse=res.query_sparse, _source=HitSource(snap, self._encoder))
+                    components=res.components, query_sparse=res.query_sparse, offset=offset,
+                    group_by=group.field if group else None, group_size=group.size if group else 0,
+                    group_keys=key_values(res.group_keys), group_scores=res.group_scores,
+                    _source=HitSource(snap, self._encoder, self._matcher))
+
+    def reranker(self, rerank: Reranker | str | Path) -> Reranker:
+        """``rerank`` as a :class:`~hybridret.rerank.Reranker`: a cross-encoder folder is loaded
+        once per searcher, on the encoders' device."""
+        if isinstance(rerank, Reranker):
+            return rerank
+        device = self.device
+        if self._encoder.loaded:
+            device = getattr(self._encoder.get(), "device", device)
+        return load_reranker(rerank, device=device, cache=self._rerankers, lock=self._rerank_lock)

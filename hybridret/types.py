@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
 
-__all__ = ["Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults"]
+__all__ = ["Group", "Hit", "Hits", "MatchedTerm", "SearchBackend", "SearchResults", "Snippet", "result_json"]
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,42 @@ class MatchedTerm:
 
 
 @dataclass(frozen=True)
+class Snippet:
+    """A window of a hit's text (:func:`hybridret.snippets.make_snippets`): ``text`` =
+    ``hit.text[start:end]``; ``highlights`` are the ``(start, end)`` spans of its matched words,
+    relative to ``text``."""
+
+    text: str
+    start: int
+    end: int
+    highlights: tuple[tuple[int, int], ...] = ()
+
+    def marked(self, open: str = "**", close: str = "**") -> str:
+        """The snippet with every matched word wrapped in ``open`` / ``close``."""
+        out, at = [], 0
+        for a, b in self.highlights:
+            out += [self.text[at:a], open, self.text[a:b], close]
+            at = b
+        out.append(self.text[at:])
+        return "".join(out)
+
+    @property
+    def words(self) -> list[str]:
+        """The matched words, in order."""
+        return [self.text[a:b] for a, b in self.highlights]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "start": self.start, "end": self.end,
+                "highlights": [list(h) for h in self.highlights]}
+
+
+@dataclass(frozen=True)
 class Hit:
-    """One search result, with the score of each retriever that took part."""
+    """One search result, with the score of each retriever that took part (and ``"rerank"``, the
+    reranker's, when one ran). ``snippets``: the best window(s) of the text with the matched words'
+    spans (:class:`~hybridret.snippets.Snippet`). In grouped results ``group`` is the key of the
+    hit's group (the value of the ``group_by`` field, or the id of a document without it) and
+    ``rank`` is its group's rank; otherwise ``rank`` counts from ``offset + 1``."""
 
     id: str
     rank: int
@@ -41,6 +75,8 @@ class Hit:
     text: str
     matched_terms: list[MatchedTerm] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    snippets: list[Snippet] = field(default_factory=list)
+    group: Any = None
 
     def to_dict(self, *, with_text: bool = True) -> dict[str, Any]:
         """JSON-ready: scores that are absent for this hit (NaN) are left out, never written as NaN."""
@@ -56,7 +92,27 @@ class Hit:
                  "contribution": m.contribution, "expansion": m.expansion}
                 for m in self.matched_terms
             ]
+        if self.snippets:
+            out["snippets"] = [s.to_dict() for s in self.snippets]
+        if self.group is not None:
+            out["group"] = self.group
         return out
+
+
+@dataclass(frozen=True)
+class Group:
+    """One group of a grouped search: its ``key`` (the ``group_by`` value, or the id of a
+    document without one), ``rank`` (from ``offset + 1``), ``score`` (its best chunk's score) and
+    its best chunks, best first."""
+
+    key: Any
+    rank: int
+    score: float
+    hits: list[Hit]
+
+    def to_dict(self, *, with_text: bool = True) -> dict[str, Any]:
+        return {"key": self.key, "rank": self.rank, "score": _finite(self.score),
+                "hits": [h.to_dict(with_text=with_text) for h in self.hits]}
 
 
 def _finite(x: float) -> float | None:
@@ -74,6 +130,14 @@ class Hits:
     hits. ``hits[i]`` gives query ``i``'s results as :class:`Hit` objects, read from the index
     snapshot the search ran on (texts and metadata are never from a later commit). Pickling
     materialises every hit view, so unpickled Hits need no index.
+
+    Grouped (``search(..., group_by=...)``): ``group_by`` names the field, ``group_size`` is
+    ``g``, ``group_keys`` ``(nq, k)`` (``None`` padding) and ``group_scores`` ``(nq, k)``
+    (``-inf`` padding) describe the groups, and ``ids`` / ``rows`` / ``scores`` / ``components``
+    have shape ``(nq, k * g)``: group ``j``'s chunks at columns ``j * g .. j * g + g - 1``
+    (padded where a group has fewer). ``hits[i]`` lists the chunks in that order and
+    ``hits.groups(i)`` the :class:`Group` objects. ``offset``: how many hits (groups) the page
+    skipped.
     """
 
     queries: list[str]
@@ -83,6 +147,11 @@ class Hits:
     scores: np.ndarray
     components: dict[str, np.ndarray] = field(default_factory=dict)
     query_sparse: sp.csr_matrix | None = None
+    offset: int = 0
+    group_by: str | None = None
+    group_size: int = 0
+    group_keys: np.ndarray | None = None
+    group_scores: np.ndarray | None = None
     _source: Any = field(default=None, repr=False)  # HitSource: the snapshot + encoder behind hit views
     _views: list[list[Hit]] | None = field(default=None, repr=False)
 
@@ -96,7 +165,38 @@ class Hits:
             raise RuntimeError("these Hits are not attached to an index")
         if not -len(self) <= i < len(self):
             raise IndexError(f"query {i} out of range for {len(self)} queries")
-        return self._source.view(self, i % len(self))
+        i = i % len(self)
+        return self._placed(i, self._source.view(self, i))
+
+    def _placed(self, i: int, view: list[Hit]) -> list[Hit]:
+        """Ranks from ``offset + 1`` (grouped: the group's rank) and each hit's group key."""
+        if not self.offset and self.group_keys is None:
+            return view
+        from dataclasses import replace
+
+        cols = [j for j, r in enumerate(self.rows[i]) if r >= 0]
+        if self.group_keys is None:
+            return [replace(h, rank=self.offset + j + 1) for h, j in zip(view, cols)]
+        g = max(self.group_size, 1)
+        return [replace(h, rank=self.offset + j // g + 1, group=self.group_keys[i, j // g])
+                for h, j in zip(view, cols)]
+
+    def groups(self, i: int) -> list[Group]:
+        """Query ``i``'s groups, best first (grouped searches only)."""
+        if self.group_keys is None:
+            raise ValueError("these hits are not grouped: search with group_by=...")
+
+        hits = self[i]
+        out: list[Group] = []
+        at = 0
+        for j, key in enumerate(self.group_keys[i]):
+            if key is None:
+                continue
+            n = int((self.rows[i, j * self.group_size:(j + 1) * self.group_size] >= 0).sum())
+            out.append(Group(key=key, rank=self.offset + j + 1, score=float(self.group_scores[i, j]),
+                             hits=hits[at:at + n]))
+            at += n
+        return out
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -146,3 +246,15 @@ class SearchBackend(Protocol):
                fusion: Any = None, candidates: int | None = None) -> SearchResults: ...
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]: ...
+
+
+def result_json(hits: Any, i: int, *, with_text: bool = True) -> dict[str, Any]:
+    """Query ``i``'s result as JSON (the CLI's ``--json`` and the server's): ``"hits"`` (each with
+    its ``"snippets"``; grouped: with its ``"group"``, ranked by group, in group order) and, when
+    grouped, ``"groups"``: each group's key, rank, score and ``size`` (how many of the hits, which
+    follow in that order, are the group's)."""
+    out: dict[str, Any] = {"hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
+    if getattr(hits, "group_keys", None) is not None:
+        out["groups"] = [{"key": g.key, "rank": g.rank, "score": _finite(g.score), "size": len(g.hits)}
+                         for g in hits.groups(i)]
+    return out

@@ -437,3 +437,38 @@ def test_adapters_through_a_real_server(searcher, index_dir, tmp_path, start_ser
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+def test_adapters_group_chunks_by_their_document(searcher):
+    """group_by: every framework gets the chunks of the top documents, in group order, each naming
+    its document the framework's way (LangChain metadata, LlamaIndex ref_doc_id, Haystack source_id)."""
+    from hybridret.integrations.haystack import HybridRetHaystackRetriever
+    from hybridret.integrations.langchain import HybridRetLangChainRetriever
+    from hybridret.integrations.llamaindex import HybridRetLlamaIndexRetriever
+
+    q = QUERIES[0]
+    hits = searcher.search(q, k=3, method="sparse", group_by="lang", group_size=2)
+    want = [(h.id, h.group) for h in hits[0]]
+    best = {g.key: g.score for g in hits.groups(0)}
+    assert len({key for _, key in want}) == 3
+
+    docs = HybridRetLangChainRetriever(searcher=searcher, k=3, method="sparse", group_by="lang",
+                                       group_size=2).invoke(q)
+    assert [(d.id, d.metadata["group"]) for d in docs] == want
+    assert all(d.metadata["group_score"] == pytest.approx(best[d.metadata["group"]]) for d in docs)
+    assert [d.metadata["group_rank"] for d in docs] == [h.rank for h in hits[0]]
+
+    nodes = HybridRetLlamaIndexRetriever(searcher, similarity_top_k=3, method="sparse", group_by="lang",
+                                         group_size=2).retrieve(q)
+    assert [(n.node.node_id, n.node.ref_doc_id) for n in nodes] == [(i, str(key)) for i, key in want]
+    assert all("group_rank" not in n.node.get_content(metadata_mode="llm") for n in nodes)
+
+    hay = HybridRetHaystackRetriever(searcher, top_k=3, method="sparse", group_by="lang", group_size=2)
+    out = hay.run(q)["documents"]
+    assert [(d.id, d.meta["source_id"]) for d in out] == want
+    again = HybridRetHaystackRetriever.from_dict(hay.to_dict())
+    assert [d.id for d in again.run(q)["documents"]] == [i for i, _ in want]
+    with pytest.raises(ConfigError):
+        HybridRetHaystackRetriever(searcher, group_size=2)
+    with pytest.raises(ValueError, match="group_by"):  # pydantic wraps the ConfigError
+        HybridRetLangChainRetriever(searcher=searcher, group_by="")

@@ -369,6 +369,37 @@ def test_cli_index_and_search_with_ray(built3, work, corpus, local_index, capsys
     assert "--trec is not available with a sharded index" in capsys.readouterr().err
 
 
+def test_grouped_paged_and_reranked_search_equals_one_index(searchers, local_index):
+    """Grouping (by the numeric ``year`` field), pages and a reranker run the same plan and stages
+    on 2 shards as on one index: same groups, same group scores, same chunks."""
+    from hybridret.rerank import Reranker
+
+    class ByLength(Reranker):
+        def scores(self, query, passages):
+            return np.array([float(len(p)) for p in passages])
+
+    qs = [q for q in QUERIES if q]
+    for method in ("dense", "sparse", "bm25", "rrf"):
+        for filt in (None, {"group": "b"}):
+            one = local_index.search(qs, k=4, method=method, filter=filt, group_by="year", group_size=2, offset=1)
+            many = searchers[2].search(qs, k=4, method=method, filter=filt, group_by="year", group_size=2, offset=1)
+            np.testing.assert_allclose(np.nan_to_num(many.group_scores, neginf=-9),
+                                       np.nan_to_num(one.group_scores, neginf=-9), atol=1e-4)
+            for i in range(len(qs)):
+                a, b = one.groups(i), many.groups(i)
+                assert [g.rank for g in a] == [g.rank for g in b]
+                for ga, gb in zip(a, b):
+                    tied = sum(abs(g.score - ga.score) < 1e-4 for g in a) > 1
+                    if not tied:
+                        assert ga.key == gb.key and isinstance(gb.key, int)
+                        np.testing.assert_allclose([h.score for h in ga.hits], [h.score for h in gb.hits], atol=1e-4)
+                    assert all(h.metadata["year"] == gb.key for h in gb.hits)
+    one = local_index.search(qs, k=5, method="rrf", rerank=ByLength(), rerank_depth=15)
+    many = searchers[2].search(qs, k=5, method="rrf", rerank=ByLength(), rerank_depth=15)
+    np.testing.assert_allclose(many.scores, one.scores)
+    assert all(h.scores["rerank"] == h.score for h in many[0])
+
+
 def test_dead_shard_is_named_or_reported_missing(searchers):
     """Last: it kills a shard of the 2-shard searcher for good."""
     sharded = searchers[2]

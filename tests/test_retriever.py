@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from hybridret import HybridRetriever
 from hybridret.errors import CorpusFormatError, IndexExistsError, IndexFormatError, IndexNotFoundError
 from hybridret.fusion import normalise
+from hybridret.snippets import WordMatcher
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -218,6 +220,7 @@ def test_hit_view(retriever, small_corpus):
     hits = retriever.search(QUERIES, k=K, method="linear")
     term_id = {t: i for i, t in enumerate(retriever.encoder.vocab)}
     expansion_seen = 0
+    matcher = WordMatcher()
     for i in range(len(QUERIES)):
         view = hits[i]
         assert [h.id for h in view] == hits.ids[i].tolist()
@@ -236,8 +239,13 @@ def test_hit_view(retriever, small_corpus):
                 assert m.query_weight == pytest.approx(float(q[t])) and m.query_weight > 0
                 assert m.doc_weight == pytest.approx(float(forward[t])) and m.doc_weight > 0
                 assert m.contribution == pytest.approx(m.query_weight * m.doc_weight)
-                if not m.expansion:
-                    assert m.term.removeprefix("##") in literal_text, m.term
+                if m.term.startswith("##"):  # a word piece: literal when the text's own pieces hold it
+                    assert m.expansion or m.term.removeprefix("##") in literal_text, m.term
+                else:  # a word: literal when a word of the text has its stem ("mountains"; a stop word: itself)
+                    stems = matcher.stems(m.term)
+                    there = bool(stems & matcher.stems(literal_text)) if stems else \
+                        m.term in re.findall(r"[^\W_]+", literal_text)
+                    assert there != m.expansion, m.term
                 expansion_seen += m.expansion
             contributions = [m.contribution for m in h.matched_terms]
             assert contributions == sorted(contributions, reverse=True)

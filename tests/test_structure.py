@@ -34,7 +34,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("index", ("hybridret.index", "hybridret.chunking")),
     ("retrievers", ("hybridret.retrievers",)),
     ("fusion", ("hybridret.hybrid", "hybridret.refine")),
-    ("plan", ("hybridret.plan",)),  # the search plan: over retrievers and fusion, under both searchers
+    # the search plan: over retrievers and fusion, under both searchers; its stages (groups, pages,
+    # reranking) and what they read (snippets: BM25's analyzer over index/)
+    ("plan", ("hybridret.plan", "hybridret.stages", "hybridret.grouping", "hybridret.rerank",
+              "hybridret.snippets")),
     ("read/write", ("hybridret.searcher", "hybridret.indexer")),
     ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.train")),
     ("services", ("hybridret.client", "hybridret.serve", "hybridret.integrations", "hybridret.distributed")),

@@ -238,11 +238,23 @@ def print_hits(hits: SearchResults, i: int, *, width: int = 100) -> None:
     view = hits[i]
     if not view:
         print("  (no hits)")
+    group = object()
     for hit in view:
+        if hit.group is not None and hit.group != group:
+            group = hit.group
+            print(f"{hit.rank:>3}. group {group!r}  score {hit.score:.4f}")
         parts = " ".join(f"{name} {value:.3f}" for name, value in hit.scores.items() if value == value)
-        print(f"{hit.rank:>3}. {hit.id}  score {hit.score:.4f}  ({parts})")
-        body = f"{hit.title}: {hit.text}" if hit.title else hit.text
-        print(textwrap.indent(textwrap.shorten(body, width=width, placeholder=" ..."), "     "))
+        lead = "   -" if hit.group is not None else f"{hit.rank:>3}."
+        print(f"{lead} {hit.id}  score {hit.score:.4f}  ({parts})")
+        snippets = getattr(hit, "snippets", None)
+        if snippets:  # the best window, matched words in [brackets]
+            s = snippets[0]
+            body = ("... " if s.start else "") + s.marked("[", "]") + (" ..." if s.end < len(hit.text) else "")
+            body = f"{hit.title}: {body}" if hit.title else body
+            print(textwrap.indent(textwrap.fill(body, width=width), "     "))
+        else:
+            body = f"{hit.title}: {hit.text}" if hit.title else hit.text
+            print(textwrap.indent(textwrap.shorten(body, width=width, placeholder=" ..."), "     "))
         if hit.matched_terms:
             terms = ", ".join(f"{m.term}{'*' if m.expansion else ''} {m.contribution:.2f}"
                               for m in hit.matched_terms[:10])

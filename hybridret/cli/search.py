@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import HybridRetError
+from ..types import result_json
 from ._common import add_method_arg, add_ray_args, check_text_args, logger, print_hits
 from .get import add_server_args, remote_client, server_words
+from .read_options import add_read_args, read_kwargs
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..filters import Filter
@@ -42,6 +44,7 @@ def add_parser(sub: Any) -> None:
                    help='metadata filter applied before top-k, e.g. \'{"source": "wiki", "year": {"$gte": 2020}}\' '
                         "(operators: $eq $ne $in $nin $gt $gte $lt $lte $exists $and $or $not)")
     p.add_argument("--candidates", type=int, default=None, help="per-retriever depth of fused methods (default: 100)")
+    add_read_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--device", default=None)
     add_ray_args(p, build=False)
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise HybridRetError(f"--candidates sets the per-retriever depth of fused methods; --method {args.method} "
                              "is a single retriever (use -k for its depth)")
     filt = parse_filter(args.filter)  # a malformed filter fails before any model loads
+    read_kwargs(args)
     if args.server:
         return _search_server(args, filt)
     if args.index is None:  # a usage error (exit 2), as argparse gives for a missing positional
@@ -136,10 +140,11 @@ def _search_file(args: argparse.Namespace, filt: Filter | None) -> int:
 def search_one_query(searcher: SearchBackend, args: argparse.Namespace, filt: Filter | None) -> None:
     """Search the command line's query with any searcher and print the hits (or JSON)."""
     query = " ".join(args.query)
-    hits = searcher.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
+    hits = searcher.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt,
+                           **read_kwargs(args))
     if args.json:
-        print(json.dumps({"query": query, "method": args.method, "resolved": hits.method,
-                          "hits": [h.to_dict() for h in hits[0]]}, ensure_ascii=False, indent=2))
+        print(json.dumps({"query": query, "method": args.method, "resolved": hits.method, **result_json(hits, 0)},
+                         ensure_ascii=False, indent=2))
     else:
         print_hits(hits, 0)
 
@@ -199,7 +204,7 @@ def search_batches(searcher: SearchBackend, args: argparse.Namespace, filt: Filt
         for start in range(0, len(queries), args.batch_size):
             chunk = queries[start:start + args.batch_size]
             hits = searcher.search([t for _, t in chunk], k=args.k, method=args.method, candidates=args.candidates,
-                                   filter=filt)
+                                   filter=filt, **read_kwargs(args))
             method = hits.method
             for i, (qid, text) in enumerate(chunk):
                 view = hits[i]
@@ -207,7 +212,7 @@ def search_batches(searcher: SearchBackend, args: argparse.Namespace, filt: Filt
                     run[qid] = {h.id: h.score for h in view if h.score == h.score and abs(h.score) != float("inf")}
                 else:
                     out.write(json.dumps({"query_id": qid, "query": text, "method": args.method,
-                                          "resolved": hits.method, "hits": [h.to_dict() for h in view]},
+                                          "resolved": hits.method, **result_json(hits, i)},
                                          ensure_ascii=False) + "\n")
     finally:
         if out is not sys.stdout:
@@ -234,5 +239,6 @@ def _search_prompt(retriever: HybridRetriever, args: argparse.Namespace, filt: F
         query = line.rstrip("\r\n")
         if not query.strip():
             return 0
-        hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt)
+        hits = retriever.search([query], k=args.k, method=args.method, candidates=args.candidates, filter=filt,
+                                **read_kwargs(args))
         print_hits(hits, 0)

@@ -34,6 +34,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-auto-refresh", action="store_true",
                    help="do not check for other processes' commits before each request (the server's own writes "
                         "are always served at once)")
+    p.add_argument("--rerank", default=None, metavar="DIR",
+                   help='a local cross-encoder folder that search requests with "rerank": true use (e.g. '
+                        "cross-encoder/ms-marco-MiniLM-L6-v2 downloaded there; safetensors weights only)")
     p.add_argument("--device", default=None)
     g = p.add_argument_group("cluster (needs the ray extra: pip install 'hybridret[ray]'; see docs/cluster.md)")
     g.add_argument("--ray", action="store_true",
@@ -61,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     key = read_api_key(args.api_key_file) if args.api_key_file else None
     config = ServeConfig(api_key=key, protect_reads=args.protect_reads, batching=not args.no_batching,
                          batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
-                         refresh_every=args.refresh_every, auto_refresh=not args.no_auto_refresh)
+                         refresh_every=args.refresh_every, auto_refresh=not args.no_auto_refresh,
+                         rerank=_rerank_folder(args.rerank))
     from ..serve.backends import ShardedBackend, is_sharded
 
     index: str | SearchBackend
@@ -79,3 +83,14 @@ def run(args: argparse.Namespace) -> int:
     serve(index, host=args.host, port=args.port, config=config,
           log_level="debug" if args.verbose else "warning" if args.quiet else "info")
     return 0
+
+
+def _rerank_folder(path: str | None) -> str | None:
+    """``--rerank DIR``, checked before the server starts (the model loads on the first request)."""
+    if path is None:
+        return None
+    from pathlib import Path
+
+    if not (Path(path) / "config.json").is_file() or not (Path(path) / "model.safetensors").is_file():
+        raise HybridRetError(f"--rerank {path}: not a cross-encoder folder with config.json and model.safetensors")
+    return str(Path(path).resolve())

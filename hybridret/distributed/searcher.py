@@ -18,16 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
-
 from ..encoders import Encoder, compare_configs
 from ..errors import ConfigError, DocumentNotFoundError, IndexExistsError, IndexFormatError
 from ..filters import Filter
+from ..grouping import key_values
 from ..hybrid import FusionConfig
 from ..plan import default_fusion, plan_search, run_plan, runnable
+from ..rerank import Reranker, load_reranker
 from ..retrievers import REGISTRY, QueryBatch
-from ..searcher import EncoderSlot, check_search, encode_query_batch
+from ..searcher import EncoderSlot, check_search, check_stages, encode_query_batch
+from ..snippets import WordMatcher, hit_snippets, matched_view
 from ..types import Hit, Hits, MatchedTerm
 from .layout import ShardLayout, read_layout, split_by_shard
 from .merge import split_key
@@ -53,6 +53,7 @@ class ShardedHitSource:
 
     def __init__(self, searcher: ShardedSearcher, commits: list[int]) -> None:
         self.searcher, self.commits = searcher, commits
+        self.matcher = WordMatcher()
 
     def view(self, hits: Hits, i: int) -> list[Hit]:
         keys = hits.rows[i]
@@ -64,6 +65,7 @@ class ShardedHitSource:
             docs.update({int(k): d for k, d in zip(keys[shard == s], got)})
         enc = None
         out: list[Hit] = []
+        matcher = self.matcher
         for j, key in enumerate(keys):
             if key < 0:
                 continue
@@ -71,24 +73,13 @@ class ShardedHitSource:
             matched: list[MatchedTerm] = []
             if hits.query_sparse is not None and d["sparse"] is not None:
                 enc = enc or self.searcher._encoder.get()
-                matched = _matched(enc, hits.query_sparse[i], d["sparse"], (d["title"] + " " + d["text"]).strip())
+                matched = matched_view(enc, hits.query_sparse[i], *d["sparse"],
+                                       (d["title"] + " " + d["text"]).strip(), matcher)
             out.append(Hit(id=d["id"], rank=j + 1, score=float(hits.scores[i, j]),
                            scores={n: float(v[i, j]) for n, v in hits.components.items()}, title=d["title"],
-                           text=d["text"], matched_terms=matched, metadata=d["metadata"]))
+                           text=d["text"], matched_terms=matched, metadata=d["metadata"],
+                           snippets=hit_snippets(hits.queries[i], d["text"], matched, matcher)))
         return out
-
-
-def _matched(enc: Encoder, q: sp.csr_matrix, doc: tuple[np.ndarray, np.ndarray], text: str) -> list[MatchedTerm]:
-    indices, data = doc
-    shared, qi, di = np.intersect1d(q.indices, indices, assume_unique=True, return_indices=True)
-    if not len(shared):
-        return []
-    literal = enc.text_term_ids(text) if text else set()
-    vocab = enc.vocab or []
-    terms = [MatchedTerm(term=vocab[t], query_weight=float(q.data[a]), doc_weight=float(data[b]),
-                         expansion=int(t) not in literal) for t, a, b in zip(shared, qi, di)]
-    terms.sort(key=lambda m: -m.contribution)
-    return terms
 
 
 class ShardedSearcher:
@@ -107,6 +98,7 @@ class ShardedSearcher:
         self.timeout = timeout
         self._owns = owns_actors
         self._encoder = EncoderSlot(encoder, layout.encoder, device)
+        self._rerankers: dict[str, Reranker] = {}  # cross-encoder folder -> its loaded model
         infos = self._call("info", [() for _ in actors])
         for info in infos:
             diffs = compare_configs(layout.encoder, info["encoder"]) if layout.encoder else []
@@ -220,28 +212,45 @@ class ShardedSearcher:
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               partial: bool = False) -> Hits:
-        """As :meth:`hybridret.searcher.Searcher.search`, over every shard. A shard that cannot
-        answer raises :class:`ShardUnavailableError` naming it; with ``partial=True`` the others'
-        results are returned and ``hits.missing_shards`` names the missing ones (always set)."""
+               partial: bool = False, offset: int = 0, group_by: str | None = None, group_size: int | None = None,
+               rerank: Any = None, rerank_depth: int | None = None) -> Hits:
+        """As :meth:`hybridret.searcher.Searcher.search`, over every shard (``offset``, grouping and
+        reranking included: the same plan and stages). A shard that cannot answer raises
+        :class:`ShardUnavailableError` naming it; with ``partial=True`` the others' results are
+        returned and ``hits.missing_shards`` names the missing ones (always set)."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
+        stages = check_stages(offset, group_by, group_size, rerank, rerank_depth)
+        reranker = self.reranker(rerank) if rerank is not None else None
         try:
-            return self._search(texts, k, method, filt, fusion, candidates, partial)
+            return self._search(texts, k, method, filt, fusion, candidates, partial, stages, reranker)
         except ShardStaleError:  # a shard restarted on a newer commit: pin the current set, once
             logger.info("a shard of %s moved to another commit; refreshing and retrying", self.root)
             self.refresh()
-            return self._search(texts, k, method, filt, fusion, candidates, partial)
+            return self._search(texts, k, method, filt, fusion, candidates, partial, stages, reranker)
+
+    def reranker(self, rerank: Any) -> Reranker:
+        """``rerank`` as a :class:`~hybridret.rerank.Reranker` (a cross-encoder folder: loaded once,
+        here on the coordinator, on the encoders' device)."""
+        if isinstance(rerank, Reranker):
+            return rerank
+        return load_reranker(rerank, device=self._encoder.device, cache=self._rerankers)
 
     def _search(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any,
-                candidates: int | None, partial: bool) -> Hits:
+                candidates: int | None, partial: bool, stages: tuple[int, Any, int] = (0, None, 0),
+                reranker: Reranker | None = None) -> Hits:
+        offset, group, rerank_depth = stages
         commits = list(self._commits)  # one consistent set of shard snapshots for the whole call
         live = sum(int(i.get("num_docs", 0)) for i in self._infos)  # at those commits: bounds k and depths
         plan = plan_search(texts, k, method, available=self.available(), stored_fusion=self._stored_fusion(),
-                           fusion=fusion, candidates=candidates, filt=filt, where="this sharded index", num_docs=live)
+                           fusion=fusion, candidates=candidates, filt=filt, where="this sharded index", num_docs=live,
+                           offset=offset, group=group, rerank=reranker, rerank_depth=rerank_depth)
         source = ShardedSource(self, commits, partial=partial)
         res = run_plan(plan, source, self.encode_queries)
         hits = Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
-                    components=res.components, query_sparse=res.query_sparse, _source=ShardedHitSource(self, commits))
+                    components=res.components, query_sparse=res.query_sparse, offset=offset,
+                    group_by=group.field if group else None, group_size=group.size if group else 0,
+                    group_keys=key_values(res.group_keys), group_scores=res.group_scores,
+                    _source=ShardedHitSource(self, commits))
         hits.missing_shards = sorted(source.missing)  # type: ignore[attr-defined]
         return hits
 

@@ -33,6 +33,7 @@ from ..hybrid import gather_lists
 from ..index.snapshot import Snapshot
 from ..plan import SnapshotSource
 from ..retrievers import REGISTRY, QueryBatch, vectors_of
+from .stage_reads import StageReads
 
 __all__ = ["KEPT_SNAPSHOTS", "ShardServer", "ShardStaleError", "ShardUnavailableError", "shard_actor_class"]
 
@@ -54,8 +55,9 @@ class ShardStaleError(HybridRetError):
     """A read named a commit the shard no longer holds (e.g. after a restart): refresh and retry."""
 
 
-class ShardServer:
-    """Serve one shard directory to a coordinator (see the module docstring)."""
+class ShardServer(StageReads):
+    """Serve one shard directory to a coordinator (see the module docstring; grouping and
+    reranking reads: :class:`~hybridret.distributed.stage_reads.StageReads`)."""
 
     def __init__(self, root: str, name: str, device: str | None = None, extensions: Sequence[Any] = ()) -> None:
         from ..retrievers import register

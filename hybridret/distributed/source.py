@@ -136,6 +136,54 @@ class ShardedSource(CandidateSource):
         return np.vectorize(lambda x: id_of.get(int(x), ""), otypes=[object])(rows) if rows.size else \
             np.full(rows.shape, "", dtype=object)
 
+    # -- grouping and reranking (hybridret.stages): asked of the owning shards ---------------------
+    @property
+    def size(self) -> int:
+        return int(sum(int(i["num_docs"]) for i in self.searcher.shard_infos))
+
+    def _per_owner(self, method: str, keys: np.ndarray, *extra: Any, fill: Any, dtype: Any) -> np.ndarray:
+        """``method(commit, local rows, *extra)`` on each shard owning some of ``keys`` (the others'
+        rows sent as ``-1``), each answer placed at its own keys."""
+        keys = np.asarray(keys, dtype=np.int64)
+        out = np.full(keys.shape, fill, dtype=dtype)
+        shard, row = split_key(keys)
+        owners = sorted(set(shard[shard >= 0].tolist()))
+        if not owners:
+            return out
+        args = [(self.commits[s], np.where(shard == s, row, -1), *extra) for s in owners]
+        for s, got in zip(owners, self.searcher._call(method, args, owners)):
+            mine = shard == s
+            out[mine] = np.asarray(got, dtype=dtype)[mine]
+        return out
+
+    def group_keys(self, rows: np.ndarray, field: str) -> np.ndarray:
+        return self._per_owner("group_keys", rows, field, fill=None, dtype=object)
+
+    def group_members(self, groups: Any, field: str, filt: Filter | None) -> np.ndarray:
+        answers = self._ask("group_members", [(c, groups, field, filt) for c in self.commits])
+        for s, a in answers:
+            ids = a["ids"]
+            if ids:
+                self._id_of.update(zip(key_of(s, np.fromiter(ids.keys(), np.int64, len(ids))).tolist(), ids.values()))
+        return np.concatenate([key_of(s, a["rows"]) for s, a in answers], axis=1)
+
+    def score(self, name: str, rows: np.ndarray, q: QueryBatch, *, stats: Mapping[str, Any] | None = None
+              ) -> np.ndarray:
+        keys = np.asarray(rows, dtype=np.int64)
+        out = np.zeros(keys.shape, dtype=np.float32)
+        shard, row = split_key(keys)
+        owners = sorted(set(shard[shard >= 0].tolist()))
+        ref = self._put(q)
+        args = [(self.commits[s], ref, name, np.where(shard == s, row, -1), dict(stats or {})) for s in owners]
+        for s, got in zip(owners, self.searcher._call("score", args, owners)):
+            mine = shard == s
+            out[mine] = np.asarray(got, dtype=np.float32)[mine]
+        return out
+
+    def texts(self, rows: np.ndarray) -> list[list[str]]:
+        got = self._per_owner("texts", rows, fill="", dtype=object)
+        return got.tolist()
+
     def _vectors(self, keys: np.ndarray) -> np.ndarray:
         """The stored dense vectors of global ``keys`` ``(nq, m)`` from their owning shards (zeros at ``-1``)."""
         valid = keys >= 0

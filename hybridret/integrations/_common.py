@@ -10,7 +10,8 @@ from typing import Any, cast
 from ..errors import ConfigError
 from ..types import Hit, SearchBackend
 
-__all__ = ["as_backend", "finite_scores", "hits_per_query", "location_of", "open_location", "require"]
+__all__ = ["as_backend", "finite_scores", "group_fields", "grouping", "hits_per_query", "location_of", "open_location",
+           "require"]
 
 
 def require(module: str, extra: str, framework: str) -> Any:
@@ -42,12 +43,37 @@ def as_backend(obj: SearchBackend | str | Path, *, writable: bool = False) -> Se
     return cast(SearchBackend, obj)
 
 
-def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: str, filter: Any) -> list[list[Hit]]:
-    """One batched search; the hits of each query as :class:`~hybridret.Hit` lists."""
+def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: str, filter: Any,
+                   **options: Any) -> list[list[Hit]]:
+    """One batched search; the hits of each query as :class:`~hybridret.Hit` lists. ``options``
+    (``group_by``, ``group_size``) go to the search only when set (any backend takes the rest)."""
     if isinstance(filter, dict) and not filter:
         filter = None  # {} means "no filter" in every framework
-    hits = backend.search(queries, k, method=method, filter=filter)
+    options = {name: v for name, v in options.items() if v is not None}
+    hits = backend.search(queries, k, method=method, filter=filter, **options)
     return [list(hits[i]) for i in range(len(queries))]
+
+
+def grouping(group_by: Any, group_size: Any) -> dict[str, Any]:
+    """An adapter's grouping settings, checked now (not at the first query)."""
+    from ..grouping import check_group
+
+    check_group(group_by, group_size)
+    return {"group_by": group_by, "group_size": group_size}
+
+
+def group_fields(hits: list[Hit]) -> list[dict[str, Any]]:
+    """Per hit of a grouped search, its group's ``key``, ``rank`` and ``score`` (the score of the
+    group's best chunk, which comes first); ``{}`` for hits of an ungrouped search."""
+    best: dict[Any, float] = {}
+    out = []
+    for h in hits:
+        if h.group is None:
+            out.append({})
+            continue
+        best.setdefault(h.group, float(h.score))
+        out.append({"key": h.group, "rank": h.rank, "score": best[h.group]})
+    return out
 
 
 def finite_scores(scores: dict[str, float]) -> dict[str, float]:

@@ -11,6 +11,10 @@ Each result is ``Document(id=hit.id, content=hit.text, meta={**hit.metadata, "ti
 score=hit.score)``. Filters may be Haystack's (``{"field": "meta.x", "operator": "==", "value": v}``,
 ``{"operator": "AND"|"OR"|"NOT", "conditions": [...]}``) or hybridret's own Mongo-style ones
 (``{"x": v}``, ``{"$and": [...]}``); see :func:`haystack_filter_to_hybridret`.
+
+Grouped (``group_by="parent_id"``, ``group_size=g``: the chunks of the top ``top_k`` documents,
+in group order), each chunk's ``meta`` names its document as ``source_id`` (the key Haystack's
+``DocumentSplitter`` gives a split's parent) and holds ``group_rank`` and ``group_score``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ from typing import Any
 
 from ..filters import FilterError as _HybridRetFilterError
 from ..types import Hit, SearchBackend
-from ._common import as_backend, finite_scores, hits_per_query, location_of, open_location, require
+from ._common import (
+    as_backend,
+    finite_scores,
+    group_fields,
+    grouping,
+    hits_per_query,
+    location_of,
+    open_location,
+    require,
+)
 
 require("haystack", "haystack", "Haystack")
 
@@ -44,9 +57,12 @@ _COMPARISONS = ("==", "!=", *_RANGE, "in", "not in")
 _LOGICAL = ("AND", "OR", "NOT")
 
 
-def hit_to_document(hit: Hit) -> Document:
-    """A hybridret :class:`~hybridret.Hit` as a Haystack :class:`Document`."""
+def hit_to_document(hit: Hit, group: dict[str, Any] | None = None) -> Document:
+    """A hybridret :class:`~hybridret.Hit` as a Haystack :class:`Document` (``group``: its group's
+    key, rank and score, from a grouped search)."""
     meta = {**hit.metadata, "title": hit.title, "scores": finite_scores(hit.scores)}
+    if group:
+        meta.update(source_id=group["key"], group_rank=group["rank"], group_score=group["score"])
     return Document(id=hit.id, content=hit.text, meta=meta, score=float(hit.score))
 
 
@@ -139,12 +155,14 @@ class HybridRetHaystackRetriever:
 
     ``top_k``, ``filters`` and ``method`` are the defaults ``run`` uses; ``filter_policy``
     (``REPLACE``: runtime filters replace the init filters; ``MERGE``: both apply) as in Haystack's
-    own retrievers. Serialises (``to_dict``) to the index path or the server url.
+    own retrievers. Serialises (``to_dict``) to the index path or the server url. ``group_by`` /
+    ``group_size``: the chunks of the top documents (see the module docstring).
     """
 
     def __init__(self, searcher: SearchBackend | str | Path, *, top_k: int = 10, method: str = "hybrid",
                  filters: dict[str, Any] | None = None,
-                 filter_policy: FilterPolicy | str = FilterPolicy.REPLACE) -> None:
+                 filter_policy: FilterPolicy | str = FilterPolicy.REPLACE, group_by: str | None = None,
+                 group_size: int | None = None) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
             raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
         self.searcher = as_backend(searcher)
@@ -154,10 +172,13 @@ class HybridRetHaystackRetriever:
         self.filters = filters
         self.filter_policy = (filter_policy if isinstance(filter_policy, FilterPolicy)
                               else FilterPolicy.from_str(filter_policy))
+        grouping(group_by, group_size)
+        self.group_by, self.group_size = group_by, group_size
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, searcher=location_of(self.searcher), top_k=self.top_k, method=self.method,
-                               filters=self.filters, filter_policy=self.filter_policy.value)
+                               filters=self.filters, filter_policy=self.filter_policy.value, group_by=self.group_by,
+                               group_size=self.group_size)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HybridRetHaystackRetriever:
@@ -179,8 +200,9 @@ class HybridRetHaystackRetriever:
             ) -> dict[str, list[Document]]:
         """Search ``query``: ``top_k`` (default: the init value) documents matching ``filters``."""
         k = self.top_k if top_k is None else top_k
-        hits = hits_per_query(self.searcher, [query], k, self.method, self._filters(filters))[0]
-        return {"documents": [hit_to_document(h) for h in hits]}
+        hits = hits_per_query(self.searcher, [query], k, self.method, self._filters(filters),
+                              group_by=self.group_by, group_size=self.group_size)[0]
+        return {"documents": [hit_to_document(h, g) for h, g in zip(hits, group_fields(hits))]}
 
     @component.output_types(documents=list[Document])
     async def run_async(self, query: str, top_k: int | None = None, filters: dict[str, Any] | None = None

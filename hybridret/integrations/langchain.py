@@ -10,6 +10,11 @@ Each result is a ``Document(id=hit.id, page_content=hit.text, metadata={**hit.me
 "score", "scores", "title"})``: ``score`` is the method's score, ``scores`` the exact score of each
 retriever that took part (``dense``/``sparse``/``bm25``; a retriever that did not score the hit is
 left out). These four keys win over document metadata fields of the same name.
+
+Grouped (``group_by="parent_id"``, ``group_size=g``: the top ``k`` documents, each with its best
+``g`` chunks, in group order), each chunk's metadata also holds ``"group"`` (its document's key:
+the ``group_by`` value), ``"group_rank"`` and ``"group_score"``, as LangChain's parent-document
+retrievers link a chunk to its parent through metadata.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Hit, SearchBackend
-from ._common import as_backend, finite_scores, hits_per_query, require
+from ._common import as_backend, finite_scores, group_fields, grouping, hits_per_query, require
 
 require("langchain_core", "langchain", "LangChain")
 
@@ -35,15 +40,18 @@ from langchain_core.retrievers import BaseRetriever  # noqa: E402
 from langchain_core.runnables import RunnableConfig  # noqa: E402
 from langchain_core.runnables.config import get_config_list, run_in_executor  # noqa: E402
 from langchain_core.vectorstores import VectorStore  # noqa: E402
-from pydantic import ConfigDict, field_validator  # noqa: E402
+from pydantic import ConfigDict, field_validator, model_validator  # noqa: E402
 
 __all__ = ["HybridRetLangChainRetriever", "HybridRetVectorStore", "hit_to_document"]
 
 
-def hit_to_document(hit: Hit) -> Document:
-    """A hybridret :class:`~hybridret.Hit` as a LangChain :class:`Document`."""
+def hit_to_document(hit: Hit, group: dict[str, Any] | None = None) -> Document:
+    """A hybridret :class:`~hybridret.Hit` as a LangChain :class:`Document` (``group``: its
+    group's key, rank and score, from a grouped search)."""
     meta = {**hit.metadata, "id": hit.id, "score": float(hit.score), "scores": finite_scores(hit.scores),
             "title": hit.title}
+    if group:
+        meta.update(group=group["key"], group_rank=group["rank"], group_score=group["score"])
     return Document(id=hit.id, page_content=hit.text, metadata=meta)
 
 
@@ -55,7 +63,8 @@ class HybridRetLangChainRetriever(BaseRetriever):
     replaces the default one; ``{}`` means no filter), and they are pydantic fields, so
     ``configurable_fields(k=ConfigurableField(id="k"))`` makes them settable from a RunnableConfig.
     ``batch`` runs one batched search for all its inputs; ``ainvoke``/``abatch`` run the search in a
-    thread executor (hybridret searches release the GIL in FAISS and tantivy).
+    thread executor (hybridret searches release the GIL in FAISS and tantivy). ``group_by`` /
+    ``group_size``: return the chunks of the top ``k`` documents (see the module docstring).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -65,17 +74,25 @@ class HybridRetLangChainRetriever(BaseRetriever):
     k: int = 10
     method: str = "hybrid"
     filter: dict[str, Any] | None = None
+    group_by: str | None = None
+    group_size: int | None = None
 
     @field_validator("searcher", mode="before")
     @classmethod
     def _check_searcher(cls, value: Any) -> SearchBackend:
         return as_backend(value)
 
+    @model_validator(mode="after")
+    def _check_grouping(self) -> HybridRetLangChainRetriever:
+        grouping(self.group_by, self.group_size)  # bad grouping fails here, not at the first query
+        return self
+
     def _search(self, queries: list[str], *, k: int | None = None, filter: dict[str, Any] | None = None,
                 method: str | None = None) -> list[list[Document]]:
         hits = hits_per_query(self.searcher, queries, self.k if k is None else k, method or self.method,
-                              self.filter if filter is None else filter)
-        return [[hit_to_document(h) for h in per_query] for per_query in hits]
+                              self.filter if filter is None else filter,
+                              **grouping(self.group_by, self.group_size))
+        return [[hit_to_document(h, g) for h, g in zip(per_query, group_fields(per_query))] for per_query in hits]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 k: int | None = None, filter: dict[str, Any] | None = None,

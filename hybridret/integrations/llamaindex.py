@@ -7,6 +7,11 @@
 Each result is ``NodeWithScore(node=TextNode(id_=hit.id, text=hit.text, metadata={**hit.metadata,
 "title", "scores"}), score=hit.score)``; ``scores`` (the exact score of each retriever that took
 part) is excluded from the metadata LlamaIndex shows an LLM or an embedding model.
+
+Grouped (``group_by="parent_id"``, ``group_size=g``: the chunks of the top ``similarity_top_k``
+documents, in group order), each node's ``SOURCE`` relationship names its document (so
+``node.ref_doc_id`` is the group key, as for nodes LlamaIndex parses from a document) and its
+metadata holds ``group_rank`` and ``group_score`` (hidden from LLMs and embedders too).
 """
 
 from __future__ import annotations
@@ -17,13 +22,19 @@ from typing import Any
 
 from ..filters import FilterError
 from ..types import Hit, SearchBackend
-from ._common import as_backend, finite_scores, hits_per_query, require
+from ._common import as_backend, finite_scores, group_fields, grouping, hits_per_query, require
 
 require("llama_index.core", "llamaindex", "LlamaIndex")
 
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.callbacks import CallbackManager  # noqa: E402
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode  # noqa: E402
+from llama_index.core.schema import (  # noqa: E402
+    NodeRelationship,
+    NodeWithScore,
+    QueryBundle,
+    RelatedNodeInfo,
+    TextNode,
+)
 from llama_index.core.vector_stores.types import (  # noqa: E402
     FilterCondition,
     FilterOperator,
@@ -33,14 +44,19 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 
 __all__ = ["HybridRetLlamaIndexRetriever", "hit_to_node", "llamaindex_filters_to_hybridret"]
 
-_HIDDEN = ["scores"]  # kept out of the text LlamaIndex builds for LLMs and embedders
+_HIDDEN = ["scores", "group_rank", "group_score"]  # kept out of the text LlamaIndex builds for LLMs and embedders
 
 
-def hit_to_node(hit: Hit) -> NodeWithScore:
-    """A hybridret :class:`~hybridret.Hit` as a LlamaIndex :class:`NodeWithScore`."""
+def hit_to_node(hit: Hit, group: dict[str, Any] | None = None) -> NodeWithScore:
+    """A hybridret :class:`~hybridret.Hit` as a LlamaIndex :class:`NodeWithScore` (``group``: its
+    group's key, rank and score, from a grouped search: the node's source document)."""
     meta = {**hit.metadata, "title": hit.title, "scores": finite_scores(hit.scores)}
+    relationships = {}
+    if group:
+        meta.update(group_rank=group["rank"], group_score=group["score"])
+        relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=str(group["key"]))
     node = TextNode(id_=hit.id, text=hit.text, metadata=meta, excluded_llm_metadata_keys=list(_HIDDEN),
-                    excluded_embed_metadata_keys=list(_HIDDEN))
+                    excluded_embed_metadata_keys=list(_HIDDEN), relationships=relationships)
     return NodeWithScore(node=node, score=float(hit.score))
 
 
@@ -99,13 +115,16 @@ class HybridRetLlamaIndexRetriever(BaseRetriever):
 
     ``similarity_top_k`` hits per query, searched with ``method``; ``filters`` is LlamaIndex
     ``MetadataFilters`` or a hybridret filter dict (see :func:`llamaindex_filters_to_hybridret`).
-    ``aretrieve`` runs the search in a worker thread.
+    ``aretrieve`` runs the search in a worker thread. ``group_by`` / ``group_size``: the chunks of
+    the top documents (see the module docstring).
     """
 
     def __init__(self, searcher: SearchBackend | str | Path, *, similarity_top_k: int = 10, method: str = "hybrid",
-                 filters: MetadataFilters | dict[str, Any] | None = None,
-                 callback_manager: CallbackManager | None = None, verbose: bool = False, **kwargs: Any) -> None:
+                 filters: MetadataFilters | dict[str, Any] | None = None, group_by: str | None = None,
+                 group_size: int | None = None, callback_manager: CallbackManager | None = None,
+                 verbose: bool = False, **kwargs: Any) -> None:
         self.searcher = as_backend(searcher)
+        self.grouping = grouping(group_by, group_size)
         self.similarity_top_k = similarity_top_k
         self.method = method
         self.filters = filters
@@ -114,8 +133,8 @@ class HybridRetLlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = hits_per_query(self.searcher, [query_bundle.query_str], self.similarity_top_k, self.method,
-                              llamaindex_filters_to_hybridret(self.filters))[0]
-        return [hit_to_node(h) for h in hits]
+                              llamaindex_filters_to_hybridret(self.filters), **self.grouping)[0]
+        return [hit_to_node(h, g) for h, g in zip(hits, group_fields(hits))]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return await asyncio.to_thread(self._retrieve, query_bundle)

@@ -58,7 +58,7 @@ from ..hybrid import FusionConfig
 from ..methods import check_method, method_names
 from ..retrievers import REGISTRY
 from ..searcher import check_queries
-from ..types import SearchBackend
+from ..types import SearchBackend, result_json
 from .auth import key_matches
 from .backends import ServeBackend, load_backend
 from .batching import MicroBatcher
@@ -100,6 +100,7 @@ class ServeConfig:
     auto_refresh: bool = True
     max_body_bytes: int = MAX_BODY_BYTES
     search_threads: int = 2
+    rerank: str | None = None  # a local cross-encoder folder requests may ask for (``"rerank": true``)
 
 
 # -- request / response models ---------------------------------------------------------------------
@@ -123,6 +124,21 @@ class SearchRequest(_Strict):
     fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.hybrid.FusionConfig)")
     candidates: StrictInt | None = Field(None, ge=1, le=10_000, description="per-retriever depth of fused methods")
     with_text: StrictBool = Field(True, description="return titles and texts with the hits")
+    offset: StrictInt = Field(0, ge=0, le=10_000, description="hits (grouped: groups) skipped: pages")
+    group_by: StrictStr | None = Field(None, min_length=1, description="group hits by this metadata field (e.g. "
+                                                                       "parent_id) and return the top-k groups")
+    group_size: StrictInt | None = Field(None, ge=1, le=100, description="with group_by: chunks per group (3)")
+    rerank: StrictBool = Field(False, description="rerank with the server's cross-encoder (serve --rerank DIR)")
+    rerank_depth: StrictInt | None = Field(None, ge=1, le=1000, description="with rerank: hits reranked (50)")
+
+    def stage_options(self, reranker: str | None) -> dict[str, Any]:
+        """The library's page / grouping / rerank keywords of this request."""
+        if self.rerank and reranker is None:
+            raise ConfigError("this server has no reranker: start it with hybridret serve --rerank DIR")
+        if self.rerank_depth is not None and not self.rerank:
+            raise ConfigError("rerank_depth goes with \"rerank\": true")
+        return {"offset": self.offset, "group_by": self.group_by, "group_size": self.group_size,
+                "rerank": reranker if self.rerank else None, "rerank_depth": self.rerank_depth}
 
     @field_validator("method")
     @classmethod
@@ -152,6 +168,13 @@ class MatchedTermOut(BaseModel):
     expansion: bool = Field(description="the term is absent from the document's text (a SPLADE expansion)")
 
 
+class SnippetOut(BaseModel):
+    text: str
+    start: int = Field(description="offset of the snippet in the hit's text")
+    end: int
+    highlights: list[list[int]] = Field(description="[start, end] of each matched word, within the snippet")
+
+
 class HitOut(BaseModel):
     id: str
     rank: int
@@ -161,11 +184,21 @@ class HitOut(BaseModel):
     text: str | None = None
     metadata: dict[str, Any] = {}
     matched_terms: list[MatchedTermOut] = []
+    snippets: list[SnippetOut] = Field([], description="the best window of the text, matched words marked")
+    group: Union[StrictStr, StrictInt, float, StrictBool, None] = Field(None, description="grouped: the hit's group")
+
+
+class GroupOut(BaseModel):
+    key: Union[StrictStr, StrictInt, float, StrictBool]
+    rank: int
+    score: float | None
+    size: int = Field(description="how many of the hits (which follow in group order) are this group's")
 
 
 class QueryResult(BaseModel):
     query: str
     hits: list[HitOut]
+    groups: list[GroupOut] | None = Field(None, description="grouped searches: the groups, best first")
 
 
 class SearchResponse(BaseModel):
@@ -408,9 +441,11 @@ class Service:
         self.fresh()
         with_text = settings["with_text"]
         hits = self.backend.search(queries, settings["k"], method=settings["method"], filter=settings["filter"],
-                                   fusion=settings["fusion"], candidates=settings["candidates"])
-        width = int(hits.ids.shape[1])  # k cut to the live documents, as Hits are
-        return [{"resolved": hits.method, "k": width, "hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
+                                   fusion=settings["fusion"], candidates=settings["candidates"],
+                                   **settings.get("stages", {}))
+        # k cut to the live documents, as Hits are (grouped: the groups)
+        width = int(hits.ids.shape[1] if hits.group_keys is None else hits.group_keys.shape[1])
+        return [{"resolved": hits.method, "k": width, **result_json(hits, i, with_text=with_text)}
                 for i in range(len(hits))]
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
@@ -514,15 +549,17 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
                 raise
             except (TypeError, ValueError, KeyError, AttributeError) as exc:
                 raise ConfigError(f"invalid fusion settings: {exc}") from None
+        stages = req.stage_options(config.rerank)
         key = (req.k, req.method, json.dumps(req.filter, sort_keys=True), json.dumps(req.fusion, sort_keys=True),
-               req.candidates, req.with_text)
+               req.candidates, req.with_text, json.dumps(stages, sort_keys=True))
         settings = {"k": req.k, "method": req.method, "filter": filt, "fusion": fusion,
-                    "candidates": req.candidates, "with_text": req.with_text}
+                    "candidates": req.candidates, "with_text": req.with_text, "stages": stages}
         results = await service.batcher.submit(texts, key, settings)
         resolved = results[0]["resolved"] if results else req.method
         width = min([int(r.get("k", req.k)) for r in results] or [req.k])
         return {"method": req.method, "resolved": resolved, "k": width,
-                "results": [{"query": q, "hits": r["hits"]} for q, r in zip(texts, results)],
+                "results": [{"query": q, **{n: v for n, v in r.items() if n not in ("resolved", "k")}}
+                            for q, r in zip(texts, results)],
                 "took_ms": round((time.perf_counter() - start) * 1000, 3)}
 
     @app.get("/health", response_model=HealthResponse, response_model_exclude_unset=True,

@@ -75,8 +75,13 @@ class LocalBackend:
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
-        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates)
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
+               offset: int = 0, group_by: str | None = None, group_size: int | None = None, rerank: Any = None,
+               rerank_depth: int | None = None) -> Hits:
+        """As :meth:`hybridret.searcher.Searcher.search` (pages, groups and reranking included)."""
+        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
+                                    offset=offset, group_by=group_by, group_size=group_size, rerank=rerank,
+                                    rerank_depth=rerank_depth)
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
@@ -167,9 +172,12 @@ class ShardedBackend:
 
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None) -> Hits:
+               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
+               offset: int = 0, group_by: str | None = None, group_size: int | None = None, rerank: Any = None,
+               rerank_depth: int | None = None) -> Hits:
         return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
-                                    partial=False)  # a missing shard: ShardUnavailableError
+                                    partial=False, offset=offset, group_by=group_by, group_size=group_size,
+                                    rerank=rerank, rerank_depth=rerank_depth)  # a missing shard: ShardUnavailableError
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)

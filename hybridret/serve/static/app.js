@@ -45,6 +45,29 @@ function highlighted(text, terms) {
   return frag;
 }
 
+// A snippet's text with the given [start, end) spans wrapped in <mark> (text nodes only).
+function marked(text, spans) {
+  const frag = document.createDocumentFragment();
+  let at = 0;
+  for (const [a, b] of spans) {
+    if (a < at || b > text.length) continue;
+    if (a > at) frag.appendChild(document.createTextNode(text.slice(at, a)));
+    frag.appendChild(el("mark", null, text.slice(a, b)));
+    at = b;
+  }
+  if (at < text.length) frag.appendChild(document.createTextNode(text.slice(at)));
+  return frag;
+}
+
+// A grouped result's group heading: the group's key, rank and score.
+function renderGroup(group) {
+  const li = el("li", "group");
+  li.appendChild(el("span", "rank", group.rank + "."));
+  li.appendChild(el("span", "title", String(group.key)));
+  li.appendChild(el("span", "id", group.size + (group.size === 1 ? " chunk" : " chunks") + " · score " + fmt(group.score)));
+  return li;
+}
+
 function barRow(name, value, max, cls) {
   const row = el("div", "bar-row");
   row.appendChild(el("span", "name", name));
@@ -70,11 +93,19 @@ function renderHit(hit, maxima) {
 
   const body = el("div", "body");
   const terms = (hit.matched_terms || []);
-  const literal = terms.filter((m) => !m.expansion).map((m) => m.term.toLowerCase());
-  let text = hit.text || "";
-  if (text.length > SNIPPET_CHARS) text = text.slice(0, SNIPPET_CHARS).replace(/\s+\S*$/, "") + " …";
   const p = el("p", "snippet");
-  p.appendChild(highlighted(text, literal));
+  if (hit.snippets && hit.snippets.length) {
+    // the server's snippet: the best window of the text, matched words decided at word level
+    const s = hit.snippets[0];
+    if (s.start > 0) p.appendChild(document.createTextNode("… "));
+    p.appendChild(marked(s.text, s.highlights || []));
+    if (hit.text && s.end < hit.text.length) p.appendChild(document.createTextNode(" …"));
+  } else {
+    const literal = terms.filter((m) => !m.expansion).map((m) => m.term.toLowerCase());
+    let text = hit.text || "";
+    if (text.length > SNIPPET_CHARS) text = text.slice(0, SNIPPET_CHARS).replace(/\s+\S*$/, "") + " …";
+    p.appendChild(highlighted(text, literal));
+  }
   body.appendChild(p);
 
   const expansion = terms.filter((m) => m.expansion);
@@ -101,7 +132,7 @@ function renderHit(hit, maxima) {
 
   const scores = el("div", "scores");
   scores.appendChild(barRow("fused", hit.score, maxima.fused, "fused"));
-  for (const name of ["dense", "sparse", "bm25"]) {
+  for (const name of ["rerank", "dense", "sparse", "bm25"]) {
     if (name in (hit.scores || {})) scores.appendChild(barRow(name, hit.scores[name], maxima[name], name));
   }
   li.appendChild(scores);
@@ -120,6 +151,11 @@ async function search(event) {
   showError("");
   if (!query) { showError("Type a query first."); return; }
   const body = { query, k: Number($("k").value) || 10, method: $("method").value };
+  const offset = Number($("offset").value) || 0;
+  if (offset > 0) body.offset = offset;
+  const groupBy = $("group-by").value.trim();
+  if (groupBy) body.group_by = groupBy;
+  if ($("rerank").checked) body.rerank = true;
   const filter = $("filter").value.trim();
   if (filter) {
     try { body.filter = JSON.parse(filter); } catch (e) { showError("The filter is not valid JSON: " + e.message); return; }
@@ -144,8 +180,21 @@ async function search(event) {
       maxima.fused = Math.max(maxima.fused, h.score || 0);
       for (const [n, v] of Object.entries(h.scores || {})) maxima[n] = Math.max(maxima[n] || 0, v);
     }
-    $("results").replaceChildren(...hits.map((h) => renderHit(h, maxima)));
-    $("summary").textContent = hits.length + " hits · " + data.resolved + " · " + data.took_ms.toFixed(1) + " ms";
+    const groups = data.results[0].groups;
+    const items = [];
+    if (groups) {  // the hits follow in group order: each group's heading, then its chunks
+      let at = 0;
+      for (const g of groups) {
+        items.push(renderGroup(g));
+        for (const h of hits.slice(at, at + g.size)) items.push(renderHit(h, maxima));
+        at += g.size;
+      }
+    } else {
+      for (const h of hits) items.push(renderHit(h, maxima));
+    }
+    $("results").replaceChildren(...items);
+    const count = groups ? groups.length + " groups (" + hits.length + " chunks)" : hits.length + " hits";
+    $("summary").textContent = count + " · " + data.resolved + " · " + data.took_ms.toFixed(1) + " ms";
   } catch (e) {
     showError("The server did not answer: " + e.message);
   } finally {

@@ -1,0 +1,124 @@
+"""A reranking stage: score the first stage's top ``rerank_depth`` hits against the query.
+
+``search(..., rerank=reranker, rerank_depth=n)`` hands each query and the texts (title and text)
+of its first-stage top ``n`` to a :class:`Reranker`; its score becomes the hit's score and its
+``"rerank"`` component, and the hits are ordered by it (see :mod:`hybridret.stages`).
+
+:class:`Reranker` is one method, so any model plugs in. :class:`CrossEncoderReranker` runs a local
+Hugging Face cross-encoder folder (``AutoModelForSequenceClassification``), e.g. one downloaded
+with ``huggingface-cli download cross-encoder/ms-marco-MiniLM-L6-v2 --local-dir models/minilm``:
+``search(..., rerank="models/minilm")``. It never runs code from the folder: ``trust_remote_code``
+is off, and only ``model.safetensors`` weights are read (a pickled ``pytorch_model.bin`` is
+refused, since unpickling can run code). The score of a pair is the model's single logit (a model
+with several labels: the last label's logit, by the convention that it is "relevant").
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError, EncoderError, ModelNotFoundError
+
+__all__ = ["CrossEncoderReranker", "Reranker", "check_rerank", "load_reranker"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RERANK_DEPTH = 50
+MAX_RERANK_DEPTH = 1000
+
+
+class Reranker(ABC):
+    """Scores passages against one query; higher is better."""
+
+    @abstractmethod
+    def scores(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        """One score per passage (float array of ``len(passages)``)."""
+
+
+class CrossEncoderReranker(Reranker):
+    """A local Hugging Face cross-encoder folder, batched (``batch_size`` pairs per forward pass,
+    ``max_length`` tokens per pair, the passage truncated first) on ``device`` (``None``: CUDA when
+    available, else the CPU)."""
+
+    def __init__(self, path: str | Path, *, device: str | None = None, batch_size: int = 32,
+                 max_length: int = 512) -> None:
+        folder = Path(path)
+        if not folder.is_dir():
+            raise ModelNotFoundError(f"reranker {str(path)!r} is not a folder (give a local cross-encoder folder, "
+                                     "e.g. one downloaded from cross-encoder/ms-marco-MiniLM-L6-v2)")
+        if not (folder / "config.json").is_file():
+            raise ModelNotFoundError(f"{folder}: no config.json (not a Hugging Face model folder)")
+        if not (folder / "model.safetensors").is_file():
+            raise ConfigError(f"{folder}: no model.safetensors; hybridret loads reranker weights from safetensors "
+                              "only (a pickled pytorch_model.bin can run code when loaded)")
+        if batch_size < 1 or max_length < 8:
+            raise ConfigError(f"batch_size must be >= 1 and max_length >= 8, got {batch_size} and {max_length}")
+        from .encoders._hf import pick_device
+
+        self.path, self.batch_size, self.max_length = folder, int(batch_size), int(max_length)
+        self.device = pick_device(device)
+        try:
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+            self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                folder, local_files_only=True, trust_remote_code=False, use_safetensors=True)
+        except (OSError, ValueError, KeyError) as exc:
+            raise EncoderError(f"{folder}: cannot load a sequence-classification model: {exc}") from None
+        self.model = model.to(self.device).eval()
+        self._lock = threading.Lock()  # tokenizers are not safe to share between threads
+        logger.info("reranker %s on %s (%d labels)", folder, self.device, model.config.num_labels)
+
+    def scores(self, query: str, passages: Sequence[str]) -> np.ndarray:
+        import torch
+
+        out = np.zeros(len(passages), dtype=np.float32)
+        for a in range(0, len(passages), self.batch_size):
+            chunk = list(passages[a:a + self.batch_size])
+            with self._lock:
+                enc = self.tokenizer([query] * len(chunk), chunk, padding=True, truncation="only_second",
+                                     max_length=self.max_length, return_tensors="pt")
+            enc = {k: v.to(self.device) for k, v in enc.items()}
+            with torch.inference_mode():
+                logits = self.model(**enc).logits
+            out[a:a + len(chunk)] = logits[:, -1].float().cpu().numpy()
+        return out
+
+    def __repr__(self) -> str:
+        return f"CrossEncoderReranker({str(self.path)!r}, device={self.device!r})"
+
+
+def load_reranker(spec: Reranker | str | Path, *, device: str | None = None,
+                  cache: dict[str, Reranker] | None = None, lock: threading.Lock | None = None) -> Reranker:
+    """``spec`` as a :class:`Reranker`: itself, or a :class:`CrossEncoderReranker` of the folder it
+    names (kept in ``cache`` by resolved path, so a searcher loads each model once)."""
+    if isinstance(spec, Reranker):
+        return spec
+    if not isinstance(spec, (str, Path)):
+        raise ConfigError(f"rerank must be a Reranker or a cross-encoder folder, got {type(spec).__name__}")
+    key = str(Path(spec).resolve())
+    if cache is None:
+        return CrossEncoderReranker(spec, device=device)
+    with lock or threading.Lock():
+        if key not in cache:
+            cache[key] = CrossEncoderReranker(spec, device=device)
+        return cache[key]
+
+
+def check_rerank(rerank: Any, rerank_depth: Any) -> int:
+    """The validated ``rerank_depth`` (``0`` without a reranker)."""
+    if rerank is None:
+        if rerank_depth is not None:
+            raise ConfigError("rerank_depth needs rerank (a Reranker or a cross-encoder folder)")
+        return 0
+    depth = DEFAULT_RERANK_DEPTH if rerank_depth is None else rerank_depth
+    if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or not 1 <= depth <= MAX_RERANK_DEPTH:
+        raise ConfigError(f"rerank_depth must be an integer from 1 to {MAX_RERANK_DEPTH}, got {rerank_depth!r}")
+    return int(depth)

@@ -1,0 +1,201 @@
+"""The stages after a plan's first ranking: reranking, grouping and pages (``offset``).
+
+:func:`execute_stages` runs a :class:`~hybridret.plan.SearchPlan` that groups, reranks or pages,
+against any :class:`~hybridret.plan.CandidateSource` (one snapshot or shards), in this order:
+
+1. **first stage**: the plan's retriever or fusion. Grouped without a reranker, it is run by the
+   deepening of :mod:`hybridret.grouping` (exact groups for single retrievers); with a reranker,
+   it is the plain top ``rerank_depth`` (at least ``offset + k`` hits);
+2. **rerank** (optional): the :class:`~hybridret.rerank.Reranker` scores the first stage's top
+   ``rerank_depth`` chunks against the query; its score becomes the hit's score and the
+   component ``"rerank"``, and the order follows it (ties: the first stage's order). Grouped, the
+   groups are then formed from those ``rerank_depth`` reranked chunks;
+3. **page**: hits (or groups) ``offset .. offset + k`` of the full ranking; a page is a slice of
+   the unpaginated list of the same snapshot (for fused methods while ``offset + k`` stays within
+   the fusion depth, which then does not change with the page).
+
+Returns what :func:`hybridret.plan.execute` returns, plus the group keys and scores.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import ConfigError
+from .grouping import best_of_groups, first_groups, next_depth, start_depth
+from .hybrid import FUSION_CHUNK, fuse
+from .retrievers import REGISTRY, QueryBatch
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .plan import CandidateSource, SearchPlan
+
+__all__ = ["StageResult", "execute_stages"]
+
+StageResult = tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], "np.ndarray | None", "np.ndarray | None"]
+
+
+def _take(q: QueryBatch, idx: np.ndarray) -> QueryBatch | None:
+    """The queries ``idx`` of ``q`` (``None`` when a representation cannot be indexed so)."""
+    reps = {}
+    for name, v in q.reps.items():
+        if isinstance(v, np.ndarray) or sp.issparse(v):
+            reps[name] = v[idx]
+        else:
+            return None
+    return QueryBatch([q.texts[i] for i in idx.tolist()], reps)
+
+
+def _pad(a: np.ndarray, width: int, value: Any) -> np.ndarray:
+    if a.shape[1] >= width:
+        return a[:, :width]
+    return np.pad(a, ((0, 0), (0, width - a.shape[1])), constant_values=value)
+
+
+def _ranked(plan: SearchPlan, source: CandidateSource, q: QueryBatch, depth: int, stats: dict[str, Any]
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray]:
+    """The first stage's ranking of its top ``depth`` (fused: the whole candidate union) and
+    whether each query's list is complete (nothing deeper could be found)."""
+    if plan.single is not None:
+        rows, scores = source.top(plan.single, depth, q, filt=plan.filter, stats=stats)
+        return rows, scores, {plan.single: scores}, rows[:, -1] < 0 if rows.shape[1] else np.ones(len(q), bool)
+    cands = source.gather(plan.retrievers, depth, q, filt=plan.filter, stats=stats, vectors=plan.vectors)
+    width = max(int(cands.rows.shape[1]), 1)
+    rows, scores, comps = fuse(plan.fusion, cands, width, source.snapshot, q, filt=plan.filter,  # type: ignore[arg-type]
+                               threads=source.threads)
+    complete = np.ones(len(q), dtype=bool)
+    for listed in cands.listed.values():
+        complete &= listed.sum(axis=1) < depth
+    return rows, scores, comps, complete
+
+
+def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
+    """Groups by deepening the first stage until ``offset + k`` groups are certain (see
+    :mod:`hybridret.grouping`); single retrievers then score every member of those groups."""
+    spec, need, nq = plan.group, plan.offset + plan.k, len(q)
+    assert spec is not None
+    cap = max(source.size, 1)
+    depth = start_depth(need, cap) if plan.single is not None else min(max(plan.depth, start_depth(need, cap)), cap)
+    got: list[tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], np.ndarray] | None] = [None] * nq
+    groups: list[list[Any]] = [[] for _ in range(nq)]
+    todo = np.arange(nq)
+    sub: QueryBatch | None = q
+    while len(todo):
+        run = todo if sub is not None else np.arange(nq)
+        batch = sub if sub is not None else q
+        stats = source.statistics(batch, plan.stats) if plan.stats else {}
+        rows, scores, comps, complete = _ranked(plan, source, batch, depth, stats)
+        keys = source.group_keys(rows, spec.field)
+        found = first_groups(rows, scores, keys, need)
+        left = []
+        for a, i in enumerate(run.tolist()):
+            if got[i] is not None:
+                continue
+            if len(found[a]) >= need or complete[a] or depth >= cap:
+                groups[i] = found[a]
+                got[i] = (rows[a], scores[a], {n: v[a] for n, v in comps.items()}, keys[a])
+            else:
+                left.append(i)
+        todo = np.array(left, dtype=np.int64)
+        if len(todo):
+            depth = next_depth(depth, cap)
+            sub = _take(q, todo)
+    if plan.single is not None:  # every member of the chosen groups, scored exactly
+        name = plan.single
+        stats = source.statistics(q, plan.stats) if plan.stats else {}
+        members = source.group_members(groups, spec.field, plan.filter)
+        scores = source.score(name, members, q, stats=stats).astype(np.float32)
+        if REGISTRY[name].positive_only:
+            scores = np.where(scores > 0, scores, -np.inf)
+        scores = np.where(members >= 0, scores, -np.inf).astype(np.float32)
+        keys = source.group_keys(members, spec.field)
+        return best_of_groups(groups, members, scores, {name: scores}, keys, spec.size, resort=True)
+    width = max(len(g[0]) for g in got if g is not None)  # type: ignore[index]
+    rows = np.stack([_pad(g[0][None], width, -1)[0] for g in got])  # type: ignore[index]
+    scores = np.stack([_pad(g[1][None], width, -np.inf)[0] for g in got])  # type: ignore[index]
+    names = list(got[0][2]) if got and got[0] is not None else []
+    comps = {n: np.stack([_pad(g[2][n][None], width, np.nan)[0] for g in got]) for n in names}  # type: ignore[index]
+    keys = np.stack([_pad(g[3][None].astype(object), width, None)[0] for g in got])  # type: ignore[index]
+    return best_of_groups(groups, rows, scores, comps, keys, spec.size, resort=False)
+
+
+def _rerank(plan: SearchPlan, source: CandidateSource, q: QueryBatch, rows: np.ndarray, scores: np.ndarray,
+            comps: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Reorder each query's first-stage list by the reranker's scores (ties: the first stage's order)."""
+    texts = source.texts(rows)
+    new = np.full(rows.shape, -np.inf, dtype=np.float32)
+    for i in range(rows.shape[0]):
+        valid = np.flatnonzero(rows[i] >= 0)
+        if len(valid):
+            got = np.asarray(plan.rerank.scores(q.texts[i], [texts[i][j] for j in valid.tolist()]),  # type: ignore[union-attr]
+                             dtype=np.float32)
+            if got.shape != (len(valid),):
+                raise ConfigError(f"reranker {plan.rerank!r} returned {got.shape[0] if got.ndim else 'no'} scores "
+                                  f"for {len(valid)} passages (one score per passage expected)")
+            new[i, valid] = got
+    order = np.argsort(-new.astype(np.float64), axis=1, kind="stable")
+    comps = {n: np.take_along_axis(v, order, axis=1) for n, v in comps.items()}
+    comps["rerank"] = np.where(np.take_along_axis(rows, order, axis=1) >= 0, np.take_along_axis(new, order, axis=1),
+                               np.nan).astype(np.float32)
+    return np.take_along_axis(rows, order, axis=1), np.take_along_axis(new, order, axis=1), comps
+
+
+def _top(plan: SearchPlan, source: CandidateSource, q: QueryBatch, k: int
+         ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The first stage's top ``k``: the retriever's, or the fusion's over the candidates of depth
+    ``max(k, plan.depth)`` (what :func:`hybridret.plan.execute` runs for a plan of that ``k``)."""
+    stats = source.statistics(q, plan.stats) if plan.stats else {}
+    if plan.single is not None:
+        rows, scores = source.top(plan.single, k, q, filt=plan.filter, stats=stats)
+        return rows, scores, {plan.single: scores}
+    cands = source.gather(plan.retrievers, max(k, plan.depth), q, filt=plan.filter, stats=stats,
+                          vectors=plan.vectors)
+    return fuse(plan.fusion, cands, k, source.snapshot, q, filt=plan.filter,  # type: ignore[arg-type]
+                threads=source.threads)
+
+
+def _chunk(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
+    spec, need = plan.group, plan.offset + plan.k
+    if plan.rerank is None:
+        if spec is not None:
+            return _grouped_first_stage(plan, source, q)
+        rows, scores, comps = _top(plan, source, q, need)
+        return rows, scores, comps, None, None
+    rows, scores, comps = _top(plan, source, q, max(plan.rerank_depth, need))
+    rows, scores, comps = _rerank(plan, source, q, rows, scores, comps)
+    if spec is None:
+        return rows, scores, comps, None, None
+    keys = source.group_keys(rows, spec.field)
+    groups = first_groups(rows, scores, keys, need)
+    return best_of_groups(groups, rows, scores, comps, keys, spec.size, resort=False)
+
+
+def execute_stages(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
+    """Run a plan with grouping, a reranker or an offset: rows / scores / components of shape
+    ``(len(q), k)`` (grouped: ``(len(q), k * group_size)``, group ``j``'s chunks at columns
+    ``j * group_size ..``), and for grouped plans the group keys and scores ``(len(q), k)``."""
+    k, off = plan.k, plan.offset
+    g = plan.group.size if plan.group is not None else 1
+    parts = []
+    for a in range(0, len(q), FUSION_CHUNK):
+        sub = q if FUSION_CHUNK >= len(q) else q.slice(a, a + FUSION_CHUNK)
+        rows, scores, comps, gkeys, gscores = _chunk(plan, source, sub)
+        lo, hi = off * g, (off + k) * g
+        rows, scores = _pad(rows[:, lo:], hi - lo, -1), _pad(scores[:, lo:], hi - lo, -np.inf)
+        comps = {n: _pad(v[:, lo:], hi - lo, np.nan).astype(np.float32) for n, v in comps.items()}
+        if gkeys is not None:
+            gkeys, gscores = _pad(gkeys[:, off:], k, None), _pad(gscores[:, off:], k, -np.inf)  # type: ignore[index]
+        parts.append((rows, scores.astype(np.float32), comps, gkeys, gscores))
+    if len(parts) == 1:
+        return parts[0]
+    names = parts[0][2] if parts else {}
+    cat = (lambda i: np.concatenate([p[i] for p in parts])) if parts else None
+    if cat is None:
+        width = k * g
+        empty_keys = np.full((0, k), None, dtype=object) if plan.group is not None else None
+        return (np.full((0, width), -1, np.int64), np.full((0, width), -np.inf, np.float32), {}, empty_keys,
+                np.full((0, k), -np.inf, np.float32) if plan.group is not None else None)
+    return (cat(0), cat(1), {n: np.concatenate([p[2][n] for p in parts]) for n in names},
+            cat(3) if plan.group is not None else None, cat(4) if plan.group is not None else None)
