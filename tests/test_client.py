@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +12,8 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
+
+from _serving import serving  # noqa: E402
 
 from hybridret.client import AuthenticationError, Client, RemoteHits, ServerUnavailableError  # noqa: E402
 from hybridret.errors import ConfigError, DocumentNotFoundError, HybridRetError, IndexExistsError  # noqa: E402
@@ -33,7 +33,6 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(url, retriever): a real uvicorn server (API key on writes) over 60 sample passages."""
-    import uvicorn
 
     from hybridret.retriever import HybridRetriever
     from hybridret.serve.app import ServeConfig, create_app
@@ -46,18 +45,8 @@ def served(tmp_path_factory):
                 docs.append({"id": d["_id"], "title": d["title"], "text": d["text"], "metadata": {"n": i}})
     retriever = HybridRetriever.from_models()
     retriever.index(docs, workdir=tmp_path_factory.mktemp("client") / "idx", show_progress=False)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(retriever, ServeConfig(api_key=KEY)), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", retriever
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(retriever, ServeConfig(api_key=KEY))) as url:
+        yield url, retriever
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +14,8 @@ from hypothesis import strategies as st
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 pytest.importorskip("httpx")
+
+from _serving import serving
 
 from hybridret import Searcher  # noqa: E402
 from hybridret.client import Client, ClientClosedError  # noqa: E402
@@ -30,7 +29,6 @@ KEY = "contract-key-0123456789abcdef"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, paired_encoder):
     """(url, index path): a real uvicorn server (key on writes) over 40 sample passages."""
-    import uvicorn
 
     from hybridret.retriever import HybridRetriever
     from hybridret.serve.app import ServeConfig, create_app
@@ -43,20 +41,8 @@ def served(tmp_path_factory, paired_encoder):
                 docs.append({"id": d["_id"], "title": d["title"], "text": d["text"], "metadata": {"n": i}})
     path = tmp_path_factory.mktemp("contract") / "idx"
     retriever = HybridRetriever(paired_encoder).index(docs, workdir=path, show_progress=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(retriever, ServeConfig(api_key=KEY)), host="127.0.0.1",
-                                           port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", path
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(retriever, ServeConfig(api_key=KEY))) as url:
+        yield url, path
 
 
 @pytest.fixture(scope="module")

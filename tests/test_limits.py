@@ -12,11 +12,10 @@ import os
 import resource
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
+from _serving import serving
 
 from hybridret import HybridRetriever
 from hybridret.errors import ConfigError
@@ -124,27 +123,13 @@ def test_filter_lists_are_bounded(index):
 def served(index, paired_encoder):
     """A real uvicorn server on loopback over the module's index."""
     pytest.importorskip("fastapi")
-    import socket
 
-    import uvicorn
 
     from hybridret.serve.app import ServeConfig, create_app
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     retriever = HybridRetriever.load(index, encoder=paired_encoder)
-    server = uvicorn.Server(uvicorn.Config(create_app(retriever, ServeConfig()), host="127.0.0.1", port=port,
-                                           log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(retriever, ServeConfig())) as url:
+        yield url
 
 
 def test_api_bounds_k_candidates_and_fusion_depth(served):

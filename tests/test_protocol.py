@@ -5,9 +5,6 @@ testing class names. ShardedSearcher / ShardedBackend are checked at class level
 from __future__ import annotations
 
 import inspect
-import socket
-import threading
-import time
 
 import pytest
 
@@ -20,6 +17,8 @@ from hybridret.types import Hits, SearchBackend, SearchResults
 
 pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
+
+from _serving import serving  # noqa: E402
 
 from hybridret.serve.backends import LocalBackend, ServeBackend, ShardedBackend, load_backend  # noqa: E402
 
@@ -45,19 +44,8 @@ def url(retriever):
     """A real uvicorn server on loopback over the retriever (as the serve and client tests run it)."""
     from hybridret.serve.app import create_app
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(retriever), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(retriever)) as url:
+        yield url
 
 
 @pytest.mark.parametrize("cls", SIX, ids=[c.__name__ for c in SIX])

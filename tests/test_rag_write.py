@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import random
-import socket
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _serving import serving
 
 from hybridret import HybridRetriever
 from hybridret.chunking import Chunker
@@ -372,27 +371,14 @@ def test_cli_chunk_add_delete_by_filter_dry_run_and_purge(passages, tmp_path, ca
 # ---------------------------------------------------------------------------------- API and Client
 @pytest.fixture
 def served(paired_encoder, passages, tmp_path):
-    import uvicorn
 
     from hybridret.serve.app import ServeConfig, create_app
 
     clock = Clock()
     r = HybridRetriever(paired_encoder, clock=clock)
     r.index(long_docs(passages, 4), chunk_tokens=96, workdir=tmp_path / "idx", show_progress=False)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(r, ServeConfig(api_key=KEY, batching=False)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}", r, clock
-    server.should_exit = True
-    thread.join(timeout=30)
+    with serving(create_app(r, ServeConfig(api_key=KEY, batching=False))) as url:
+        yield url, r, clock
 
 
 def test_api_and_client_chunk_expire_and_delete_by_filter(served, passages):
