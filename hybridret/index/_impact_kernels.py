@@ -169,12 +169,13 @@ def _take(acc, docs, w, s0, s1, x, allowed, use_mask):  # pragma: no cover - com
 
 @_jit
 def search(qptr, qterm, qw, lptr, lmax, L, docs, w, fptr, fidx, fdat, acc, qbuf, allowed, k, depth,
-           rescore_cost, stop, out_rows, out_scores, work):  # pragma: no cover - compiled
+           rescore_cost, stop, div, out_rows, out_scores, work):  # pragma: no cover - compiled
     """Top-k per query (see the module docstring of hybridret.index.impact). ``depth == 0``:
     exact (MaxScore over impact layers, then exact scores of the survivors; ``stop`` unused);
     ``depth > 0``: approximate (stop once ``R < stop * theta``, where ``stop = 1`` is the point
-    from which no untouched row can enter, then only the ``depth`` best partial sums re-scored).
-    ``acc`` is zero on entry and on exit."""
+    from which no untouched row can enter, then only the ``depth`` best partial sums re-scored);
+    approximate mode refreshes theta every ``n // div`` postings (exact: every ``n``). ``acc`` is
+    zero on entry and on exit."""
     use_mask = allowed.shape[0] > 0
     exact = depth == 0
     cap = max(k, depth)
@@ -186,7 +187,7 @@ def search(qptr, qterm, qw, lptr, lmax, L, docs, w, fptr, fidx, fdat, acc, qbuf,
     avg_len = max(1.0, fptr[n] / max(1, n))
     slack = 1.0 + 1e-5
     # postings between two refreshes of theta (a refresh reads acc once)
-    every = max(n, int(8 * k * avg_len)) if exact else max(n // 8, int(8 * k * avg_len))
+    every = max(n, int(8 * k * avg_len)) if exact else max(n // div, int(8 * k * avg_len))
     for q in range(qptr.shape[0] - 1):
         a = qptr[q]
         m = qptr[q + 1] - a
