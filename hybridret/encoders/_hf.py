@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -27,11 +28,6 @@ from .backends import (  # noqa: F401 - BACKENDS, DEFAULT_BACKEND and backend_co
 )
 
 logger = logging.getLogger("hybridret.encoders")
-
-# a batch of at most this many token positions (a query or a few) runs on one BLAS thread on the numpy
-# backend: see hybridret/encoders/_blas_threads.py
-SMALL_BATCH_TOKENS = 512
-
 
 class DeviceChoice:
     """The device an encoder runs on, decided without importing torch where it can be: an explicit
@@ -251,7 +247,7 @@ class TransformerRunner:
             return list(self.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
 
     def batches(
-        self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None
+        self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None, bar: bool = True
     ) -> Iterator[tuple[np.ndarray, Any, Any]]:
         """Yield ``(positions, input_ids, attention_mask)`` for length-sorted batches on the device
         (numpy arrays on the numpy backend, torch tensors on the others)."""
@@ -273,8 +269,8 @@ class TransformerRunner:
         lengths = np.fromiter((len(x) for x in ids_list), dtype=np.int64, count=len(ids_list))
         order = np.argsort(-lengths, kind="stable")
         bar = tqdm(
-            total=len(texts), desc=desc, unit="text", disable=not progress_enabled(show_progress, len(texts), batch_size)
-        )
+            total=len(texts), desc=desc, unit="text",
+            disable=not bar or not progress_enabled(show_progress, len(texts), batch_size))
         try:
             for start in range(0, len(order), batch_size):
                 pos = order[start : start + batch_size]
@@ -302,14 +298,11 @@ class TransformerRunner:
         desc: str,
         show_progress: bool | None,
     ) -> list[tuple[np.ndarray, tuple[Any, ...]]]:
-        """Apply ``step(input_ids, attention_mask)`` to every batch under inference mode (numpy: a
-        batch of at most :data:`SMALL_BATCH_TOKENS` positions on one BLAS thread)."""
-        out = []
+        """Apply ``step(input_ids, attention_mask)`` to every batch under inference mode (numpy: see
+        :meth:`_run_numpy`)."""
         if self.backend == "numpy":
-            for pos, ids, mask in self.batches(texts, batch_size, desc=desc, show_progress=show_progress):
-                with single_blas_thread(ids.size <= SMALL_BATCH_TOKENS):
-                    out.append((pos, step(ids, mask)))
-            return out
+            return self._run_numpy(texts, batch_size, step, desc=desc, show_progress=show_progress)
+        out = []
         import torch
 
         with torch.inference_mode():
@@ -321,6 +314,52 @@ class TransformerRunner:
                     res = step(ids, mask)
                 out.append((pos, res))
         return out
+
+
+    def _run_numpy(self, texts: Sequence[str], batch_size: int, step: Callable[[Any, Any], tuple[Any, ...]], *,
+                   desc: str, show_progress: bool | None) -> list[tuple[np.ndarray, tuple[Any, ...]]]:
+        """The numpy backend's batches, each on one BLAS thread, several batches at once on a pool of
+        :func:`encode_workers` threads (numpy's products and ufuncs release the GIL). Coarse-grained
+        threads keep a loaded machine's cores busy where OpenBLAS's own threads, which spin waiting
+        for each other, halve the throughput (benchmarks/encode_speed.py; docs/architecture.md)."""
+        from tqdm.auto import tqdm
+
+        batches = list(self.batches(texts, batch_size, desc=desc, show_progress=show_progress, bar=False))
+        out: list[tuple[np.ndarray, tuple[Any, ...]]] = []
+        workers = min(encode_workers(), len(batches))
+        with single_blas_thread(), tqdm(total=len(texts), desc=desc, unit="text",
+                                        disable=not progress_enabled(show_progress, len(texts), batch_size)) as progress:
+            if workers <= 1:
+                for pos, ids, mask in batches:
+                    out.append((pos, step(ids, mask)))
+                    progress.update(len(pos))
+                return out
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hybridret-encode") as pool:
+                pending = [(pos, pool.submit(step, ids, mask)) for pos, ids, mask in batches]
+                for pos, fut in pending:
+                    out.append((pos, fut.result()))
+                    progress.update(len(pos))
+        return out
+
+
+def encode_workers() -> int:
+    """Threads the numpy backend encodes a build's batches on: ``$HYBRIDRET_ENCODE_THREADS`` when set,
+    else the cores this process may run on."""
+    raw = os.environ.get("HYBRIDRET_ENCODE_THREADS")
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise EncoderError(f"HYBRIDRET_ENCODE_THREADS must be a positive integer, got {raw!r}")
+        return value
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def mean_pool(hidden: Any, mask: Any) -> Any:
