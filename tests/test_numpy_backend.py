@@ -90,11 +90,21 @@ def test_damaged_safetensors_is_an_encoder_error_naming_the_file(tmp_path: Path,
 # ---------------------------------------------------------------------------- the backend choice
 
 
-def test_auto_runs_the_default_models_on_numpy() -> None:
+def test_auto_runs_the_default_models_on_numpy_without_torch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridret.encoders import backends
+
+    monkeypatch.setattr(backends, "torch_installed", lambda: False)
     enc = PairedEncoder.from_names().warm()
     assert enc.dense.runner.backend == "numpy" and enc.sparse.runner.backend == "numpy"
     assert enc.dense.device == "cpu"
     assert type(enc.dense.runner.model).__name__ == "NumpyBert"
+
+
+@needs_torch
+def test_auto_prefers_torch_where_installed() -> None:
+    from hybridret.encoders.backends import CPU_PREFERS_NUMPY
+
+    assert PairedEncoder.from_names().warm().dense.runner.backend == ("numpy" if CPU_PREFERS_NUMPY else "torch")
 
 
 def test_float32_backends_are_not_recorded_in_configs() -> None:
@@ -129,7 +139,7 @@ def test_auto_falls_back_to_torch_for_other_architectures(tmp_path: Path) -> Non
     from hybridret.encoders.backends import resolve_backend
 
     assert resolve_backend("auto", _not_bert(tmp_path), "cpu") == "torch"
-    assert resolve_backend("auto", resolve_model("splade-tiny"), "cpu") == "numpy"
+    assert resolve_backend("numpy", resolve_model("splade-tiny"), "cpu") == "numpy"
 
 
 def test_torch_blocked_model_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

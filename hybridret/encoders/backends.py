@@ -12,8 +12,8 @@ Backends (benchmarks/encode_speed.py measures each):
   instructions (avx512_bf16 / AMX), near-lossless (dense cosine to float32 ~0.9999, nDCG@10 within ~0.001).
 * ``"torch-int8"``: every nn.Linear dynamically quantised to int8 (fbgemm): CPU only, ~2.3x, at a larger
   quality cost (dense cosine to float32 ~0.98; nDCG@10 within ~0.01).
-* ``"auto"`` (the default): ``"torch"`` on a CUDA device, else ``"numpy"`` for a model it runs, else
-  ``"torch"``. On the CPU numpy is chosen even where torch is installed: see :data:`CPU_PREFERS_NUMPY`.
+* ``"auto"`` (the default): ``"torch"`` where torch is installed (CUDA or CPU: see
+  :data:`CPU_PREFERS_NUMPY`), else ``"numpy"`` for a model it runs; a model numpy cannot run needs torch.
 
 The torch backends need the ``torch`` extra (``pip install 'hybridret[torch]'``); without it they
 raise :class:`~hybridret.errors.MissingDependencyError` saying so. The float32 backends
@@ -37,10 +37,11 @@ BACKENDS = ("auto", "numpy", "torch", "torch-bf16", "torch-int8")
 DEFAULT_BACKEND = "auto"
 FLOAT32_BACKENDS = ("auto", "numpy", "torch")  # the same vectors: not recorded in an encoder config
 TORCH_INSTALL = "pip install 'hybridret[torch]'"
-# "auto" on the CPU with torch installed: numpy. Measured on this project's 2-core machine, both backends
-# in one run (benchmarks/encode_speed.py, docs/architecture.md "Encoder backends"): see the docs for the
-# figures and the reasoning; set backend="torch" to choose torch.
-CPU_PREFERS_NUMPY = True
+# "auto" on the CPU with torch installed: torch. Measured on this project's 2-core machine, interleaved in one
+# run (benchmarks/encode_speed.py; docs/architecture.md "Encoder backends"): torch encodes a build ~1.5x
+# faster (both models: 9.8-9.9 vs 6.5-6.6 docs/s) and one query ~1.3x faster (median 39-56 vs 49-71 ms);
+# numpy is the default where torch is absent. backend="numpy" chooses numpy anyway.
+CPU_PREFERS_NUMPY = False
 
 
 def torch_installed() -> bool:
