@@ -14,10 +14,10 @@ import numpy as np
 from ..errors import EncoderError
 from ._numpy_bert import NumpyBert
 
-__all__ = ["normalise", "pool", "splade_weights"]
+__all__ = ["numpy_normalise", "numpy_pool", "numpy_splade_weights"]
 
 
-def pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
+def numpy_pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
     """``(B, L, H)`` token states -> ``(B, H)``: the mean over the mask, or the first token."""
     if pooling == "cls":
         return np.ascontiguousarray(hidden[:, 0], dtype=np.float32)
@@ -26,13 +26,13 @@ def pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
     return (total / np.maximum(m.sum(axis=1), np.float32(1e-9))).astype(np.float32)
 
 
-def normalise(x: np.ndarray) -> np.ndarray:
+def numpy_normalise(x: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm (a zero row stays zero), as ``torch.nn.functional.normalize``."""
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return (x / np.maximum(norms, np.float32(1e-12))).astype(np.float32)
 
 
-def splade_weights(model: NumpyBert, hidden: np.ndarray, mask: np.ndarray, keep: np.ndarray,
+def numpy_splade_weights(model: NumpyBert, hidden: np.ndarray, mask: np.ndarray, keep: np.ndarray,
                    top_k: int | None = None, rows: int = 256) -> np.ndarray:
     """SPLADE weights ``(B, V)`` of a batch's last hidden states, without the ``(B, L, V)`` logits:
     peak memory ``rows x V`` floats."""

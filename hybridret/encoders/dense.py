@@ -8,7 +8,6 @@ from typing import Any
 import numpy as np
 
 from ..models import DEFAULT_DENSE_MODEL, is_hub_id, model_location, resolve_model
-from . import _numpy_heads as np_heads
 from ._hf import (
     DEFAULT_BACKEND,
     DeviceChoice,
@@ -19,6 +18,7 @@ from ._hf import (
     check_pooling,
     pool,
 )
+from ._numpy_heads import numpy_normalise, numpy_pool
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["DenseEncoder", "assemble_dense"]
@@ -116,8 +116,8 @@ class DenseEncoder(Encoder):
             texts = [prefix + t for t in texts]
 
         def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
-            vec = np_heads.pool(model.hidden(ids, mask), mask, self.pooling)
-            return (np_heads.normalise(vec) if self.normalize else vec,)
+            vec = numpy_pool(model.hidden(ids, mask), mask, self.pooling)
+            return (numpy_normalise(vec) if self.normalize else vec,)
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
             hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state

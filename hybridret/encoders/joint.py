@@ -15,7 +15,6 @@ import scipy.sparse as sp
 
 from ..errors import EncoderError
 from ..models import is_hub_id, model_location, resolve_model
-from . import _numpy_heads as np_heads
 from ._hf import (
     DEFAULT_BACKEND,
     DeviceChoice,
@@ -26,6 +25,7 @@ from ._hf import (
     check_pooling,
     pool,
 )
+from ._numpy_heads import numpy_normalise, numpy_pool, numpy_splade_weights
 from .base import EncodedBatch, Encoder, loaded
 from .dense import assemble_dense, normalise
 from .splade import (
@@ -169,9 +169,9 @@ class JointEncoder(Encoder):
         if runner.backend == "numpy":  # no projection: _projection_blocker keeps such a model on torch
             def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
                 hidden = model.hidden(ids, mask)
-                weights = np_heads.splade_weights(model, hidden, mask, self._keep, top_k, HEAD_ROWS)
-                vec = np_heads.pool(hidden, mask, self.pooling)
-                return (np_heads.normalise(vec) if self.normalize else vec), sp.csr_matrix(weights)
+                weights = numpy_splade_weights(model, hidden, mask, self._keep, top_k, HEAD_ROWS)
+                vec = numpy_pool(hidden, mask, self.pooling)
+                return (numpy_normalise(vec) if self.normalize else vec), sp.csr_matrix(weights)
 
             parts = runner.run(texts, batch_size or self.batch_size, numpy_step, desc=desc, show_progress=show_progress)
         else:

@@ -11,8 +11,8 @@ import scipy.sparse as sp
 
 from ..errors import EncoderError
 from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
-from . import _numpy_heads as np_heads
 from ._hf import DEFAULT_BACKEND, DeviceChoice, TransformerRunner, backend_config, check_backend, check_max_length
+from ._numpy_heads import numpy_splade_weights
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["HEAD_ROWS", "SpladeEncoder", "mlm_parts", "sparse_vocab_mask", "splade_weights", "splade_weights_sliced"]
@@ -228,7 +228,7 @@ class SpladeEncoder(Encoder):
         model, keep = runner.model, self._keep
         if runner.backend == "numpy":
             def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
-                return (sp.csr_matrix(np_heads.splade_weights(model, model.hidden(ids, mask), mask, keep, top_k,
+                return (sp.csr_matrix(numpy_splade_weights(model, model.hidden(ids, mask), mask, keep, top_k,
                                                                 HEAD_ROWS)),)
 
             parts = runner.run(texts, batch_size or self.batch_size, numpy_step, desc=desc, show_progress=show_progress)
