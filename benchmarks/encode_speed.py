@@ -1,7 +1,10 @@
-"""Encoding speed, build memory, query-encoding latency and the quality cost of each encoder backend.
+"""Encoding speed, build memory, query-encoding latency and the quality cost of each encoder backend
+(numpy, torch, torch-bf16, torch-int8; hybridret/encoders/backends.py).
 
     python benchmarks/encode_speed.py                       # the default run (~25 min on 2 idle cores)
     python benchmarks/encode_speed.py --quick               # a smoke run (small slices, two collections)
+    python benchmarks/encode_speed.py --sections speed queries --backends numpy torch --no-today --no-peers
+                                                            # numpy against torch, both in one run
     python benchmarks/encode_speed.py --msmarco-quality 30005   # also nDCG@10 on the msmarco-dl19 pool (hours on CPU)
 
 "today" is the committed hybridret (``git archive HEAD hybridret``, run from a temporary folder), so
@@ -63,14 +66,13 @@ def _peak_mb() -> float:
 def _encoders(backend: str) -> tuple[Any, Any]:
     from hybridret.encoders import DenseEncoder, SpladeEncoder
 
-    kw = {} if backend == "torch" else {"backend": backend}
-    return DenseEncoder(**kw).warm(), SpladeEncoder(**kw).warm()
+    return DenseEncoder(backend=backend).warm(), SpladeEncoder(backend=backend).warm()
 
 
 def _retriever(backend: str) -> Any:
     from hybridret import HybridRetriever
 
-    return HybridRetriever.from_models() if backend == "torch" else HybridRetriever.from_models(backend=backend)
+    return HybridRetriever.from_models(backend=backend)
 
 
 def _timed(fn: Any) -> float:
@@ -130,7 +132,7 @@ def work_query(job: dict[str, Any]) -> dict[str, Any]:
     for name in ("msmarco-dl19-pool", "cisi", "cranfield"):
         queries += list(load_beir(SHARED / name)[1].values())
     queries = queries[: job["queries"]]
-    enc = (PairedEncoder.from_names() if job["backend"] == "torch" else PairedEncoder.from_names(backend=job["backend"]))
+    enc = PairedEncoder.from_names(backend=job["backend"])
     enc.warm()
     for q in queries[:20]:
         enc.encode_queries([q])
@@ -171,9 +173,10 @@ def worker_main(spec: str) -> int:
 
     logging.getLogger("hybridret").setLevel(logging.WARNING)
     job = json.loads(spec)
-    import torch
+    if job["backend"].startswith("torch"):  # numpy's BLAS threads follow OPENBLAS_NUM_THREADS (run_job)
+        import torch
 
-    torch.set_num_threads(job.get("threads") or os.cpu_count() or 1)
+        torch.set_num_threads(job.get("threads") or os.cpu_count() or 1)
     print("RESULT " + json.dumps(WORKERS[job["task"]](job)), flush=True)
     return 0
 
@@ -192,7 +195,8 @@ def run_job(job: dict[str, Any], today: Path | None = None, timeout: float = 360
                PYTHONWARNINGS="ignore")
     env["PYTHONPATH"] = str(today) if today is not None else str(ROOT)
     if job.get("threads"):
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(job["threads"])
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = env["OPENBLAS_NUM_THREADS"] = str(job["threads"])
+        env["HYBRIDRET_ENCODE_THREADS"] = str(job["threads"])
     cwd = str(today) if today is not None else str(ROOT)  # today's package must win over the working tree's
     t = time.perf_counter()
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", json.dumps(job)], env=env,
@@ -211,7 +215,8 @@ def run_job(job: dict[str, Any], today: Path | None = None, timeout: float = 360
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--backends", nargs="+", default=["torch", "torch-bf16", "torch-int8"])
+    ap.add_argument("--backends", nargs="+", default=["numpy", "torch", "torch-bf16", "torch-int8"])
+    ap.add_argument("--no-today", action="store_true", help="skip the committed hybridret's runs (today)")
     ap.add_argument("--speed-docs", type=int, default=2000, help="msmarco passages for docs/s on all cores (2000)")
     ap.add_argument("--one-thread-docs", type=int, default=500, help="passages for docs/s on 1 thread (500)")
     ap.add_argument("--rss-docs", type=int, default=1000, help="passages per peak-RSS build (1000)")
@@ -249,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                                    if k not in ("worker", "sections")} for sec in args.sections})
     with tempfile.TemporaryDirectory(prefix="hybridret-today-") as tmp:
         today = export_today(Path(tmp))
-        runs = [("today", "torch", today)] + [("now", b, None) for b in args.backends]
+        runs = ([] if args.no_today else [("today", "torch", today)]) + [("now", b, None) for b in args.backends]
         if "speed" in args.sections:
             print("## speed (msmarco-dl19-pool slice)", flush=True)
             for threads, n in ((None, args.speed_docs), (1, args.one_thread_docs)):

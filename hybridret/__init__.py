@@ -27,6 +27,7 @@ from .errors import (
     IndexLockedError,
     IndexNotFoundError,
     IndexReadOnlyError,
+    MissingDependencyError,
     ModelNotFoundError,
 )
 from .filters import Filter, FilterError, parse_filter
@@ -71,6 +72,7 @@ __all__ = [
     "IndexWriter",
     "JointEncoder",
     "MatchedTerm",
+    "MissingDependencyError",
     "ModelNotFoundError",
     "PairedEncoder",
     "Reranker",

@@ -20,6 +20,7 @@ __all__ = [
     "IndexLockedError",
     "IndexNotFoundError",
     "IndexReadOnlyError",
+    "MissingDependencyError",
     "ModelNotFoundError",
 ]
 
@@ -74,6 +75,11 @@ class ModelNotFoundError(HybridRetError, FileNotFoundError):
 
 class EncoderError(HybridRetError):
     """An encoder could not be built or used (wrong architecture, bad checkpoint, ...)."""
+
+
+class MissingDependencyError(HybridRetError, ImportError):
+    """An optional dependency a feature needs is not installed; the message names the pip extra
+    that installs it (e.g. ``pip install 'hybridret[torch]'``)."""
 
 
 class IndexNotFoundError(HybridRetError, FileNotFoundError):

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, MissingDependencyError
 
 __all__ = ["DEFAULT_METRICS", "Coverage", "evaluate", "judgment_coverage", "per_query", "run_from_hits",
            "run_from_rows", "warn_coverage"]
@@ -44,8 +44,15 @@ def per_query(run: Mapping[str, Mapping[str, float]], qrels: Mapping[str, Mappin
 
     ``relevance_level`` is the smallest grade that counts as relevant for binary metrics
     (MRR, recall, precision, MAP); nDCG always uses the graded judgments. TREC DL uses 2.
+
+    Raises:
+        MissingDependencyError: pytrec_eval is not installed (the ``eval`` extra).
     """
-    import pytrec_eval
+    try:
+        import pytrec_eval
+    except ImportError as exc:
+        raise MissingDependencyError("evaluation needs pytrec_eval, which is not installed: "
+                                     f"pip install 'hybridret[eval]' ({exc})") from exc
 
     judged = {q: {d: int(g) for d, g in docs.items()} for q, docs in qrels.items() if docs and q in run}
     if not judged:

@@ -80,11 +80,12 @@ class HybridRetriever:
     # -- construction ---------------------------------------------------------------------------
     @classmethod
     def from_models(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
-                    device: str | None = None, max_length: int = 256, backend: str = "torch",
+                    device: str | None = None, max_length: int = 256, backend: str = "auto",
                     **settings: Any) -> HybridRetriever:
         """A paired encoder from two model names (``None`` = packaged defaults), then an empty retriever.
-        ``backend``: ``"torch"`` (float32 on the CPU), ``"torch-bf16"`` or ``"torch-int8"`` (faster CPU
-        encoding; see :data:`hybridret.encoders._hf.BACKENDS`)."""
+        ``backend``: ``"auto"`` (torch on a GPU, else numpy where it runs the model, else torch),
+        ``"numpy"`` (float32, no torch needed), ``"torch"`` (float32), ``"torch-bf16"`` or ``"torch-int8"``
+        (faster CPU encoding); see :mod:`hybridret.encoders.backends`."""
         prepare_native_libraries()
         encoder = PairedEncoder.from_names(dense_model, sparse_model, device=device, max_length=max_length,
                                            backend=backend)

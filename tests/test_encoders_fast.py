@@ -32,7 +32,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def splade() -> SpladeEncoder:
-    return SpladeEncoder().warm()
+    return SpladeEncoder(backend="torch").warm()
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +104,7 @@ def test_int8_sparse_keeps_the_heavy_terms(splade: SpladeEncoder, splade_int8: S
 
 @pytest.fixture(scope="module")
 def dense_ref() -> np.ndarray:
-    return DenseEncoder().encode_documents(TEXTS).dense
+    return DenseEncoder(backend="torch").encode_documents(TEXTS).dense
 
 
 def test_bf16_vectors_close_to_fp32(dense_ref: np.ndarray, splade: SpladeEncoder) -> None:
@@ -141,8 +141,8 @@ def test_backend_recorded_in_config_and_rebuilt() -> None:
 def test_backend_mismatch_is_reported_as_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     fp32 = PairedEncoder.from_names().config()
     int8 = PairedEncoder.from_names(backend="torch-int8").config()
-    assert backend_differences(int8, fp32) == ["dense backend: 'torch-int8' stored, 'torch' given",
-                                               "sparse backend: 'torch-int8' stored, 'torch' given"]
+    assert backend_differences(int8, fp32) == ["dense backend: 'torch-int8' stored, 'float32' given",
+                                               "sparse backend: 'torch-int8' stored, 'float32' given"]
     with caplog.at_level(logging.WARNING, logger="hybridret.encoders.identity"):
         assert compare_configs(int8, fp32) == []  # same weights: comparable vectors, not a mismatch
     assert "torch-int8" in caplog.text and "backends differ" in caplog.text
@@ -166,7 +166,7 @@ def test_backend_mismatch_on_index_load_is_logged(tmp_path, caplog: pytest.LogCa
     assert loaded.encoder.config()["dense"]["backend"] == "torch-int8"  # queries encoded as the documents were
     with caplog.at_level(logging.WARNING):
         opened = HybridRetriever.load(tmp_path / "idx", encoder=PairedEncoder.from_names())
-    assert "backend: 'torch-int8' stored, 'torch' given" in caplog.text
+    assert "backend: 'torch-int8' stored, 'float32' given" in caplog.text
     assert opened.search("eiffel tower paris", k=1, method="dense").ids[0][0] == "0"
 
 

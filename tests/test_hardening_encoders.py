@@ -188,14 +188,15 @@ def says_yes(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 100))
 
 
-def test_remote_code_never_runs_standard_architecture_loads(tmp_path: Path, says_yes, paired_encoder):
+def test_remote_code_never_runs_standard_architecture_loads(tmp_path: Path, says_yes):
     marker = tmp_path / "marker"
     folder = evil_folder(tmp_path / "evil", marker, local_architecture=True)
-    enc = SpladeEncoder(str(folder))
-    got = enc.encode_documents(TEXTS[:2]).sparse
-    assert type(enc.runner.model).__name__ == "BertForMaskedLM"
-    assert not marker.exists()
-    same_sparse(got, paired_encoder.sparse.encode_documents(TEXTS[:2]).sparse)
+    for backend, cls in (("numpy", "NumpyBert"), ("torch", "BertForMaskedLM")):  # neither runs the folder's code
+        enc = SpladeEncoder(str(folder), backend=backend)
+        got = enc.encode_documents(TEXTS[:2]).sparse
+        assert type(enc.runner.model).__name__ == cls
+        assert not marker.exists()
+        same_sparse(got, SpladeEncoder(backend=backend).encode_documents(TEXTS[:2]).sparse)
 
 
 def test_remote_code_only_model_is_refused(tmp_path: Path, says_yes):

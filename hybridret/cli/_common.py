@@ -128,7 +128,7 @@ def build_retriever(args: argparse.Namespace, **settings: Any) -> HybridRetrieve
 
     if args.joint_model and (args.dense_model or args.sparse_model):
         raise HybridRetError("--joint-model cannot be combined with --dense-model/--sparse-model")
-    backend = getattr(args, "encoder_backend", "torch")  # only `index` has --encoder-backend
+    backend = getattr(args, "encoder_backend", "auto")  # only `index` has --encoder-backend
     if args.joint_model:
         enc = JointEncoder(args.joint_model, max_length=args.max_length, device=args.device, backend=backend)
         return HybridRetriever(enc, device=args.device, **settings)

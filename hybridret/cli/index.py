@@ -23,9 +23,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--faiss", default="Flat", metavar="FACTORY",
                    help="FAISS factory string (default: Flat = exact; e.g. HNSW32,Flat or IVF1024,PQ64)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
-    p.add_argument("--encoder-backend", choices=("torch", "torch-bf16", "torch-int8"), default="torch",
-                   help="faster CPU encoding: torch-bf16 (near-lossless, needs avx512_bf16/AMX) or torch-int8 "
-                        "(fastest, small quality cost); see benchmarks/encode_speed.py (default: torch)")
+    p.add_argument("--encoder-backend", choices=("auto", "numpy", "torch", "torch-bf16", "torch-int8"), default="auto",
+                   help="what runs the models: numpy (float32, no torch needed; BERT models such as the defaults), "
+                        "torch (float32; fp16 on CUDA), torch-bf16 (near-lossless, needs avx512_bf16/AMX) or torch-int8 "
+                        "(fastest, small quality cost); the torch ones need pip install 'hybridret[torch]'. "
+                        "Default auto: torch on a GPU, else numpy where it runs the model, else torch")
     p.add_argument("--chunk-size", type=int, default=1024, help="documents per indexing chunk (default: 1024)")
     p.add_argument("--sparse-scheme", choices=("impact", "tfgrid", "planes", "buckets"), default="impact",
                    help="how learned weights are indexed: impact (default: impact-layered postings, pruned exact "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -13,51 +14,34 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError, EncoderError, ModelNotFoundError
+from ..errors import EncoderError, ModelNotFoundError
 from ..models import LOAD_LOCK, resolve_model
+from ._blas_threads import single_blas_thread
+from .backends import (  # noqa: F401 - BACKENDS, DEFAULT_BACKEND and backend_config are re-exported here
+    BACKENDS,
+    DEFAULT_BACKEND,
+    backend_config,
+    check_backend,
+    pick_device,
+    require_torch,
+    resolve_backend,
+)
 
 logger = logging.getLogger("hybridret.encoders")
 
-# How the transformer runs (benchmarks/encode_speed.py measures each; figures from a 2-core avx512_bf16 CPU):
-# "torch": float32 on the CPU (fp16 autocast on CUDA), the reference.
-# "torch-bf16": the weights cast to bfloat16: ~2x the documents/s of a build, near-lossless (dense cosine
-#   to float32 ~0.9999, nDCG@10 within ~0.001); needs bf16 instructions (avx512_bf16 / AMX), slower without.
-# "torch-int8": every nn.Linear dynamically quantised to int8 with per-channel weight scales (fbgemm):
-#   CPU only, ~2.3x, at a larger quality cost (dense cosine to float32 ~0.98; nDCG@10 within ~0.01).
-BACKENDS = ("torch", "torch-bf16", "torch-int8")
-DEFAULT_BACKEND = "torch"
-
-
-def check_backend(backend: str, device: str | None = None) -> str:
-    """Validate a backend name (and that it can run on ``device``); returns it."""
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown encoder backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-    if backend == "torch-int8" and device is not None and not str(device).startswith("cpu"):
-        raise ConfigError(f"encoder backend {backend!r} runs on the CPU only, not on {device!r}; "
-                          "use backend='torch' (fp16 on CUDA) there")
-    return backend
-
-
-def backend_device(backend: str, device: str | None) -> str:
-    """The device an encoder runs on: as :func:`pick_device`, except that ``None``/``"auto"`` means
-    the CPU for a CPU-only backend (so an int8-built index loads on a machine with a GPU)."""
-    auto = device in (None, "auto")
-    check_backend(backend, None if auto else str(device))
-    return "cpu" if auto and backend == "torch-int8" else pick_device(device)
-
-
 class DeviceChoice:
     """The device an encoder runs on, decided without importing torch where it can be: an explicit
-    ``"cpu"`` (or the CPU-only int8 backend) needs no look; ``None``/``"auto"`` is decided on first
-    use (whether CUDA is there needs torch), so that opening an index for a BM25 search, ``info`` or a
-    delete loads no torch. An explicit CUDA device is checked at once (a clear error before any work)."""
+    ``"cpu"`` (or a CPU-only backend) needs no look; ``None``/``"auto"`` is decided on first use
+    (:func:`~hybridret.encoders.backends.pick_device`), so that opening an index for a BM25 search,
+    ``info`` or a delete loads no torch. An explicit CUDA device is checked at once (a clear error
+    before any work)."""
 
     def __init__(self, backend: str, device: str | None) -> None:
         auto = device in (None, "auto")
         check_backend(backend, None if auto else str(device))
         self._asked = device
         self._value: str | None = None
-        if auto and backend == "torch-int8":
+        if auto and backend in ("torch-int8", "numpy"):
             self._value = "cpu"
         elif not auto:
             self._value = str(device) if str(device).startswith("cpu") else pick_device(device)
@@ -66,12 +50,6 @@ class DeviceChoice:
         if self._value is None:
             self._value = pick_device(self._asked)
         return self._value
-
-
-def backend_config(backend: str) -> dict[str, str]:
-    """The config entry for ``backend``: none for the default, so configs (index manifests, encoding
-    cache keys) written before backends existed stay equal to today's."""
-    return {} if backend == DEFAULT_BACKEND else {"backend": backend}
 
 
 def quantize_int8(model: Any) -> Any:
@@ -124,17 +102,6 @@ def _loading_bars(show: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def pick_device(device: str | None) -> str:
-    """``None``/``"auto"`` picks CUDA when available, else the CPU."""
-    import torch
-
-    if device in (None, "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise EncoderError(f"device {device!r} requested but CUDA is not available")
-    return str(device)
-
-
 def progress_enabled(show_progress: bool | None, total: int, batch_size: int) -> bool:
     """Progress bars follow the log level unless asked for explicitly."""
     if show_progress is not None:
@@ -175,16 +142,35 @@ class TransformerRunner:
     """
 
     def __init__(self, model_name: str, loader: str, *, device: str | None, max_length: int, dtype: str = "auto",
-                 path: str | None = None, backend: str = DEFAULT_BACKEND) -> None:
+                 path: str | None = None, backend: str = DEFAULT_BACKEND, numpy_blocker: str | None = None) -> None:
         self.name = model_name
         self.path = path if path is not None else resolve_model(model_name)
         self.max_length = check_max_length(model_name, self.path, max_length)
         self.device = pick_device(device)
-        self.backend = check_backend(backend, self.device)
+        #: the backend that runs (``"auto"`` resolved; see :mod:`hybridret.encoders.backends`)
+        self.backend = resolve_backend(backend, self.path, self.device, numpy_blocker=numpy_blocker)
         self._tokenizer_lock = threading.Lock()
-        with LOAD_LOCK, _loading_bars(logging.getLogger("hybridret").isEnabledFor(logging.INFO)):
-            self._load(loader, dtype)
+        with LOAD_LOCK:
+            if self.backend == "numpy":
+                self._load_numpy(loader)
+            else:
+                with _loading_bars(logging.getLogger("hybridret").isEnabledFor(logging.INFO)):
+                    self._load(loader, dtype)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.special_ids = set(self.tokenizer.all_special_ids)
+        self._fast = self._own_backend_tokenizer()
+        self._plain = self._own_backend_tokenizer(truncate=False)
         self.truncated = 0  # texts cut to max_length over this runner's life
+        logger.debug("%s: backend %s on %s", self.name, self.backend, self.device)
+
+    def _load_numpy(self, loader: str) -> None:
+        from ._numpy_bert import NumpyBert
+        from ._tokenizer import FolderTokenizer
+
+        self.tokenizer = FolderTokenizer(self.path)
+        self.model = NumpyBert(self.path, mlm=loader == "mlm")
+        self.max_length = _clamp(self.name, self.max_length, self.model.config.max_position_embeddings)
+        self.autocast_dtype = None
 
     def _load(self, loader: str, dtype: str) -> None:
         import torch
@@ -209,10 +195,11 @@ class TransformerRunner:
             self.autocast_dtype = torch.float16
         elif dtype in ("float16", "bfloat16"):
             self.autocast_dtype = getattr(torch, dtype)
-        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self.special_ids = set(self.tokenizer.all_special_ids)
-        self._fast = self._own_backend_tokenizer()
-        self._plain = self._own_backend_tokenizer(truncate=False)
+
+    @property
+    def hidden_size(self) -> int:
+        """The model's hidden size (the width of its token states)."""
+        return int(self.model.config.hidden_size)
 
     def _own_backend_tokenizer(self, *, truncate: bool = True) -> Any:
         """A private copy of a fast tokenizer's Rust tokenizer, truncating at ``max_length + 1`` and
@@ -260,11 +247,15 @@ class TransformerRunner:
             return list(self.tokenizer(text, add_special_tokens=False, truncation=False, verbose=False)["input_ids"])
 
     def batches(
-        self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None
+        self, texts: Sequence[str], batch_size: int, *, desc: str, show_progress: bool | None, bar: bool = True
     ) -> Iterator[tuple[np.ndarray, Any, Any]]:
-        """Yield ``(positions, input_ids, attention_mask)`` for length-sorted batches on the device."""
-        import torch
+        """Yield ``(positions, input_ids, attention_mask)`` for length-sorted batches on the device
+        (numpy arrays on the numpy backend, torch tensors on the others)."""
         from tqdm.auto import tqdm
+
+        numpy = self.backend == "numpy"
+        if not numpy:
+            import torch
 
         if batch_size < 1:
             raise EncoderError(f"batch_size must be positive, got {batch_size}")
@@ -278,8 +269,8 @@ class TransformerRunner:
         lengths = np.fromiter((len(x) for x in ids_list), dtype=np.int64, count=len(ids_list))
         order = np.argsort(-lengths, kind="stable")
         bar = tqdm(
-            total=len(texts), desc=desc, unit="text", disable=not progress_enabled(show_progress, len(texts), batch_size)
-        )
+            total=len(texts), desc=desc, unit="text",
+            disable=not bar or not progress_enabled(show_progress, len(texts), batch_size))
         try:
             for start in range(0, len(order), batch_size):
                 pos = order[start : start + batch_size]
@@ -290,7 +281,10 @@ class TransformerRunner:
                     n = lengths[p]
                     input_ids[row, :n] = ids_list[p]
                     mask[row, :n] = 1
-                yield pos, torch.from_numpy(input_ids).to(self.device), torch.from_numpy(mask).to(self.device)
+                if numpy:
+                    yield pos, input_ids, mask
+                else:
+                    yield pos, torch.from_numpy(input_ids).to(self.device), torch.from_numpy(mask).to(self.device)
                 bar.update(len(pos))
         finally:
             bar.close()
@@ -304,10 +298,13 @@ class TransformerRunner:
         desc: str,
         show_progress: bool | None,
     ) -> list[tuple[np.ndarray, tuple[Any, ...]]]:
-        """Apply ``step(input_ids, attention_mask)`` to every batch under inference mode."""
+        """Apply ``step(input_ids, attention_mask)`` to every batch under inference mode (numpy: see
+        :meth:`_run_numpy`)."""
+        if self.backend == "numpy":
+            return self._run_numpy(texts, batch_size, step, desc=desc, show_progress=show_progress)
+        out = []
         import torch
 
-        out = []
         with torch.inference_mode():
             for pos, ids, mask in self.batches(texts, batch_size, desc=desc, show_progress=show_progress):
                 if self.autocast_dtype is not None:
@@ -317,6 +314,52 @@ class TransformerRunner:
                     res = step(ids, mask)
                 out.append((pos, res))
         return out
+
+
+    def _run_numpy(self, texts: Sequence[str], batch_size: int, step: Callable[[Any, Any], tuple[Any, ...]], *,
+                   desc: str, show_progress: bool | None) -> list[tuple[np.ndarray, tuple[Any, ...]]]:
+        """The numpy backend's batches, each on one BLAS thread, several batches at once on a pool of
+        :func:`encode_workers` threads (numpy's products and ufuncs release the GIL). Coarse-grained
+        threads keep a loaded machine's cores busy where OpenBLAS's own threads, which spin waiting
+        for each other, halve the throughput (benchmarks/encode_speed.py; docs/architecture.md)."""
+        from tqdm.auto import tqdm
+
+        batches = list(self.batches(texts, batch_size, desc=desc, show_progress=show_progress, bar=False))
+        out: list[tuple[np.ndarray, tuple[Any, ...]]] = []
+        workers = min(encode_workers(), len(batches))
+        with single_blas_thread(), tqdm(total=len(texts), desc=desc, unit="text",
+                                        disable=not progress_enabled(show_progress, len(texts), batch_size)) as progress:
+            if workers <= 1:
+                for pos, ids, mask in batches:
+                    out.append((pos, step(ids, mask)))
+                    progress.update(len(pos))
+                return out
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="hybridret-encode") as pool:
+                pending = [(pos, pool.submit(step, ids, mask)) for pos, ids, mask in batches]
+                for pos, fut in pending:
+                    out.append((pos, fut.result()))
+                    progress.update(len(pos))
+        return out
+
+
+def encode_workers() -> int:
+    """Threads the numpy backend encodes a build's batches on: ``$HYBRIDRET_ENCODE_THREADS`` when set,
+    else the cores this process may run on."""
+    raw = os.environ.get("HYBRIDRET_ENCODE_THREADS")
+    if raw:
+        try:
+            value = int(raw)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise EncoderError(f"HYBRIDRET_ENCODE_THREADS must be a positive integer, got {raw!r}")
+        return value
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
 
 
 def mean_pool(hidden: Any, mask: Any) -> Any:

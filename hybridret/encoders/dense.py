@@ -18,6 +18,7 @@ from ._hf import (
     check_pooling,
     pool,
 )
+from ._numpy_heads import numpy_normalise, numpy_pool
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["DenseEncoder", "assemble_dense"]
@@ -41,8 +42,9 @@ class DenseEncoder(Encoder):
     """Dense-only encoder (default: all-MiniLM-L6-v2, packaged; mean pooling, L2-normalised).
 
     ``query_prefix`` / ``document_prefix`` are prepended to texts, for models trained with
-    instructions such as ``"query: "`` / ``"passage: "``. The model loads on first use or
-    :meth:`warm`.
+    instructions such as ``"query: "`` / ``"passage: "``. ``backend``: see
+    :mod:`hybridret.encoders.backends` (default ``"auto"``: numpy on the CPU, no torch needed, for a
+    BERT model such as the default). The model loads on first use or :meth:`warm`.
     """
 
     def __init__(
@@ -78,7 +80,7 @@ class DenseEncoder(Encoder):
         self._fingerprint(self.model_name)
         runner = TransformerRunner(self.model_name, "base", device=self.device, max_length=self.max_length,
                                    path=self.path, backend=self.backend)
-        self._dim = int(runner.model.config.hidden_size)
+        self._dim = runner.hidden_size
         self.max_length = runner.max_length
         self._runner = runner
 
@@ -113,6 +115,10 @@ class DenseEncoder(Encoder):
         if prefix:
             texts = [prefix + t for t in texts]
 
+        def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
+            vec = numpy_pool(model.hidden(ids, mask), mask, self.pooling)
+            return (numpy_normalise(vec) if self.normalize else vec,)
+
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
             hidden = model(input_ids=ids, attention_mask=mask).last_hidden_state
             if bf16:  # pool in float32: a bfloat16 sum over the tokens would lose digits
@@ -121,7 +127,8 @@ class DenseEncoder(Encoder):
             vec = normalise(vec) if self.normalize else vec.float()
             return (vec.cpu().numpy(),)
 
-        parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
+        parts = runner.run(texts, batch_size or self.batch_size, numpy_step if runner.backend == "numpy" else step,
+                           desc=desc, show_progress=show_progress)
         return assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
 
     def encode_queries(self, texts: Sequence[str], *, batch_size: int | None = None,

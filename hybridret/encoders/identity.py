@@ -35,7 +35,7 @@ MODEL_FILES = (
 )
 # settings that change how the same weights are run, not what they compute, with their defaults: a
 # difference is logged as a warning, not reported as a mismatch (see compare_configs)
-SOFT_KEYS = {"backend": "torch"}
+SOFT_KEYS = {"backend": "float32"}  # no "backend" key: a float32 backend (auto, numpy or torch), the same vectors
 TOWER_DIRS = ("query", "document")  # separate-tower training output keeps one model in each
 EDGE = 1 << 20  # bytes hashed at each end of a large file
 

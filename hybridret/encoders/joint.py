@@ -10,6 +10,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import scipy.sparse as sp
+
 from ..errors import EncoderError
 from ..models import is_hub_id, model_location, resolve_model
 from ._hf import (
@@ -22,9 +25,19 @@ from ._hf import (
     check_pooling,
     pool,
 )
+from ._numpy_heads import numpy_normalise, numpy_pool, numpy_splade_weights
 from .base import EncodedBatch, Encoder, loaded
 from .dense import assemble_dense, normalise
-from .splade import assemble_sparse, check_top_k, mlm_parts, sparse_head, splade_weights, splade_weights_sliced, to_csr
+from .splade import (
+    HEAD_ROWS,
+    assemble_sparse,
+    check_top_k,
+    mlm_parts,
+    sparse_head,
+    splade_weights,
+    splade_weights_sliced,
+    to_csr,
+)
 
 __all__ = ["JointEncoder"]
 
@@ -89,10 +102,10 @@ class JointEncoder(Encoder):
             self._fingerprint(self.query_model)
         (doc_name, query_name), (doc_path, query_path) = self._names, self._paths
         runner = TransformerRunner(doc_name, "mlm", device=self.device, max_length=self.max_length, path=doc_path,
-                                   backend=self.backend)
+                                   backend=self.backend, numpy_blocker=_projection_blocker(doc_path))
         query_runner = runner if query_path is None else TransformerRunner(
             str(query_name), "mlm", device=self.device, max_length=runner.max_length, path=query_path,
-            backend=self.backend)
+            backend=runner.backend, numpy_blocker=_projection_blocker(query_path))
         self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         if query_runner is not runner:
             _, query_vocab = sparse_head(query_runner, self.doc_top_k, self.query_top_k)
@@ -153,6 +166,22 @@ class JointEncoder(Encoder):
         runner = self._query_runner if query else self._runner
         projection = self._query_projection if query else self._projection
         model = runner.model
+        if runner.backend == "numpy":  # no projection: _projection_blocker keeps such a model on torch
+            def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
+                hidden = model.hidden(ids, mask)
+                weights = numpy_splade_weights(model, hidden, mask, self._keep, top_k, HEAD_ROWS)
+                vec = numpy_pool(hidden, mask, self.pooling)
+                return (numpy_normalise(vec) if self.normalize else vec), sp.csr_matrix(weights)
+
+            parts = runner.run(texts, batch_size or self.batch_size, numpy_step, desc=desc, show_progress=show_progress)
+        else:
+            parts = runner.run(texts, batch_size or self.batch_size, self._torch_step(model, projection, top_k),
+                               desc=desc, show_progress=show_progress)
+        dense = assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
+        sparse = assemble_sparse([(p, r[1]) for p, r in parts], len(texts), len(self.vocab))
+        return EncodedBatch(dense=dense, sparse=sparse)
+
+    def _torch_step(self, model: Any, projection: Any, top_k: int | None) -> Any:
         split = mlm_parts(model)
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:
@@ -168,10 +197,7 @@ class JointEncoder(Encoder):
             vec = normalise(vec) if self.normalize else vec.float()
             return vec.cpu().numpy(), to_csr(weights)
 
-        parts = runner.run(texts, batch_size or self.batch_size, step, desc=desc, show_progress=show_progress)
-        dense = assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
-        sparse = assemble_sparse([(p, r[1]) for p, r in parts], len(texts), len(self.vocab))
-        return EncodedBatch(dense=dense, sparse=sparse)
+        return step
 
     @property
     def sparse_tokenizer(self) -> Any:
@@ -203,14 +229,22 @@ class JointEncoder(Encoder):
         return out
 
 
+def _projection_blocker(path: str | None) -> str | None:
+    """Why the numpy backend cannot run the checkpoint at ``path``: a dense projection, which is a
+    torch file (``None``: none)."""
+    if path is not None and (Path(path) / PROJECTION_FILE).is_file():
+        return f"its {PROJECTION_FILE} is a torch file"
+    return None
+
+
 def _load_projection(runner: TransformerRunner) -> tuple[Any, int]:
     """The optional ``dense_projection.pt`` of a checkpoint folder, and the resulting dense size."""
-    import torch
-
-    hidden = int(runner.model.config.hidden_size)
+    hidden = runner.hidden_size
     proj_path = Path(runner.path) / PROJECTION_FILE
     if not proj_path.is_file():
         return None, hidden
+    import torch
+
     state = torch.load(proj_path, map_location=runner.device, weights_only=True)
     out_dim, in_dim = state["weight"].shape
     if in_dim != hidden:

@@ -58,9 +58,9 @@ class PairedEncoder(Encoder):
 
     @classmethod
     def from_names(cls, dense_model: str | None = None, sparse_model: str | None = None, *,
-                   device: str | None = None, backend: str = "torch", **kwargs: Any) -> PairedEncoder:
+                   device: str | None = None, backend: str = "auto", **kwargs: Any) -> PairedEncoder:
         """Build from two model names (``None`` = the packaged defaults); ``backend`` (see
-        :data:`~hybridret.encoders._hf.BACKENDS`) applies to both."""
+        :mod:`hybridret.encoders.backends`) applies to both."""
         dense_kw = {"device": device, "backend": backend, **kwargs}
         sparse_kw = {"device": device, "backend": backend, **kwargs}
         dense = DenseEncoder(dense_model, **dense_kw) if dense_model else DenseEncoder(**dense_kw)

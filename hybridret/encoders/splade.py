@@ -12,6 +12,7 @@ import scipy.sparse as sp
 from ..errors import EncoderError
 from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
 from ._hf import DEFAULT_BACKEND, DeviceChoice, TransformerRunner, backend_config, check_backend, check_max_length
+from ._numpy_heads import numpy_splade_weights
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["HEAD_ROWS", "SpladeEncoder", "mlm_parts", "sparse_vocab_mask", "splade_weights", "splade_weights_sliced"]
@@ -137,10 +138,15 @@ def check_top_k(doc_top_k: int | None, query_top_k: int | None) -> None:
 
 def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: int | None) -> tuple[Any, list[str]]:
     """Validate top-k settings and return the vocabulary keep-mask (a float tensor on the model's
-    device) and the term list of a masked-LM runner's output layer."""
+    device; a float32 array on the numpy backend) and the term list of a masked-LM runner's output layer."""
+    check_top_k(doc_top_k, query_top_k)
+    if runner.backend == "numpy":
+        out_size = runner.model.vocab_out_size
+        keep = sparse_vocab_mask(runner.tokenizer)
+        keep = np.concatenate([keep, np.zeros(max(0, out_size - keep.shape[0]), dtype=bool)])[:out_size]
+        return keep.astype(np.float32), vocab_list(runner.tokenizer, out_size)
     import torch
 
-    check_top_k(doc_top_k, query_top_k)
     head = runner.model.get_output_embeddings()
     if head is None:
         raise EncoderError(f"model {runner.name!r} has no masked-LM head; a *ForMaskedLM checkpoint is needed")
@@ -154,8 +160,8 @@ def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: i
 class SpladeEncoder(Encoder):
     """Sparse-only encoder around any masked-language model (default: SPLADE-tiny, packaged).
 
-    ``doc_top_k`` / ``query_top_k`` optionally keep only the k heaviest terms per text. The model
-    loads on first use or :meth:`warm`.
+    ``doc_top_k`` / ``query_top_k`` optionally keep only the k heaviest terms per text. ``backend``:
+    see :mod:`hybridret.encoders.backends`. The model loads on first use or :meth:`warm`.
     """
 
     def __init__(
@@ -194,7 +200,7 @@ class SpladeEncoder(Encoder):
 
     runner = loaded("_runner", "The tokenizer and model (loaded on first use).")
 
-    keep = loaded("_keep", "The sparse vocabulary mask (a float tensor on the device).")
+    keep = loaded("_keep", "The sparse vocabulary mask (a float tensor on the device; an array on numpy).")
 
     vocab = loaded("_vocab", "The sparse vocabulary, term id -> token (loaded on first use).")
 
@@ -220,6 +226,13 @@ class SpladeEncoder(Encoder):
                 desc: str) -> sp.csr_matrix:
         runner = self.runner
         model, keep = runner.model, self._keep
+        if runner.backend == "numpy":
+            def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
+                return (sp.csr_matrix(numpy_splade_weights(model, model.hidden(ids, mask), mask, keep, top_k,
+                                                                HEAD_ROWS)),)
+
+            parts = runner.run(texts, batch_size or self.batch_size, numpy_step, desc=desc, show_progress=show_progress)
+            return assemble_sparse([(p, r[0]) for p, r in parts], len(texts), len(self._vocab))
         split = mlm_parts(model)
 
         def step(ids: Any, mask: Any) -> tuple[Any, ...]:

@@ -13,8 +13,8 @@ the calling thread only, checked with FAISS's libgomp), so a budget is applied a
 call and restored after, without touching other threads' searches. torch (the batched exact
 inner-product path) can only change its thread count process-wide (``torch.set_num_threads`` is
 global, and races with other threads), so that path is taken only without a budget
-(``threads=None``, or at least as many threads as cores); with a smaller budget the batch goes to
-FAISS. Torch settings of the application (and of the query encoder) are never changed here.
+(``threads=None``, or at least as many threads as cores); with a smaller budget, or without torch
+installed, the batch goes to FAISS. Torch settings of the application (and of the query encoder) are never changed here.
 
 **FAISS's BLAS threshold.** FAISS 1.15 scores a flat search with BLAS only when ``queries x dim``
 reaches ``faiss.cvar.distance_compute_blas_threshold`` (128,000 by default: ~333 queries at 384
@@ -27,6 +27,8 @@ application set itself is left alone.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator
@@ -54,6 +56,15 @@ _MATMUL_MIN_QUERIES = 8  # below this FAISS's SIMD scan wins
 FAISS_BLAS_DEFAULT = 128_000  # faiss.cvar.distance_compute_blas_threshold as FAISS ships it
 BLAS_THRESHOLD = 4096  # queries x dim from which FAISS uses BLAS once a dense part is open (~10 queries at 384)
 _MATMUL_BLOCK = 1 << 25  # score entries per block (128 MB of float32)
+
+
+@functools.lru_cache(maxsize=1)
+def _has_torch() -> bool:
+    """Whether torch can be imported (the batched matmul path; without it FAISS searches the batch)."""
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def gpu_available() -> bool:
@@ -392,7 +403,7 @@ class DenseIndex:
         kk = min(k, max(1, n_allowed))
         if threads is not None and threads >= (os.cpu_count() or 1):
             threads = None  # the whole machine: what the libraries use anyway
-        if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES and threads is None:
+        if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES and threads is None and _has_torch():
             return self._matmul_search(self._xb, q, k, kk, allowed)
         index = self.index
         params = None

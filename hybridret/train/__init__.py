@@ -1,7 +1,9 @@
 """Training dual hybrid encoders (dense + learned sparse, jointly, contrastively).
 
 ``from hybridret.train import HybridModel, TrainConfig, train, read_triples, ...``. Importing this
-package does not import torch; the model and trainer modules load on first use.
+package does not import torch; the model and trainer modules load on first use, and need the
+``torch`` extra (``pip install 'hybridret[torch]'``; without it they raise
+:class:`~hybridret.errors.MissingDependencyError` saying so).
 """
 
 from __future__ import annotations

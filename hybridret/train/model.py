@@ -23,14 +23,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..encoders._hf import mean_pool, pick_device
+from ..encoders.backends import require_torch
 from ..encoders.dense import normalise
 from ..encoders.joint import PROJECTION_FILE
 from ..encoders.splade import sparse_vocab_mask, splade_weights
 from ..errors import EncoderError, ModelNotFoundError
 from ..models import LOAD_LOCK, resolve_model
+
+try:
+    import torch
+except ImportError:  # a clear error naming the extra (MissingDependencyError), not a bare ModuleNotFoundError
+    require_torch("training (hybridret.train)")
+    raise
 
 __all__ = ["HybridModel", "HybridTower", "MANIFEST_FILE", "SEPARATE_TOWERS"]
 

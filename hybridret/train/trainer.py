@@ -305,7 +305,13 @@ def train(config: TrainConfig, examples: Sequence[TrainExample], *, resume: bool
 
     Checkpoints go to ``output_dir/checkpoints/step-N`` every ``checkpoint_every`` steps (the
     ``keep_checkpoints`` newest are kept). ``resume=True`` continues from the newest one.
+
+    Raises:
+        MissingDependencyError: torch or transformers is not installed (the ``torch`` extra).
     """
+    from ..encoders.backends import require_torch
+
+    require_torch("training (hybridret.train)")
     import torch
     from tqdm.auto import tqdm
 

@@ -1,0 +1,86 @@
+"""Read a ``model.safetensors`` file into numpy arrays, without torch (and without pickle).
+
+The format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header size ``N``,
+``N`` bytes of JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``,
+then the tensors' bytes, offsets counted from the end of the header. Every entry is checked (offsets
+inside the file, a size that matches the dtype and shape) before any array is made.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import EncoderError
+
+__all__ = ["read_safetensors"]
+
+_DTYPES: dict[str, np.dtype] = {
+    "F32": np.dtype("<f4"), "F16": np.dtype("<f2"), "F64": np.dtype("<f8"),
+    "I64": np.dtype("<i8"), "I32": np.dtype("<i4"), "I16": np.dtype("<i2"), "I8": np.dtype("i1"),
+    "U8": np.dtype("u1"), "BOOL": np.dtype("?"),
+}
+_MAX_HEADER = 100 << 20  # the format's own limit on the JSON header
+
+
+def _bf16_to_f32(raw: np.ndarray) -> np.ndarray:
+    """bfloat16 bits (uint16) as float32: the upper half of a float32."""
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
+    """Every tensor of a safetensors file by name: floating tensors as float32 (bfloat16 and float16
+    widened), others in their own dtype. Each array is a copy (the file is not kept open).
+
+    Raises:
+        EncoderError: the file is missing, truncated, or not a valid safetensors file.
+    """
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise EncoderError(f"cannot read {path}: {exc}") from exc
+    if len(data) < 8:
+        raise EncoderError(f"{path}: not a safetensors file ({len(data)} bytes)")
+    size = int.from_bytes(data[:8], "little")
+    if size > _MAX_HEADER or 8 + size > len(data):
+        raise EncoderError(f"{path}: not a safetensors file (header of {size} bytes in a {len(data)}-byte file)")
+    try:
+        header = json.loads(data[8 : 8 + size].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise EncoderError(f"{path}: unreadable safetensors header: {exc}") from exc
+    if not isinstance(header, dict):
+        raise EncoderError(f"{path}: the safetensors header is not a JSON object")
+    body = memoryview(data)[8 + size :]
+    out: dict[str, np.ndarray] = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        out[name] = _tensor(path, name, entry, body)
+    return out
+
+
+def _tensor(path: Path, name: str, entry: object, body: memoryview) -> np.ndarray:
+    try:
+        dtype_name = entry["dtype"]  # type: ignore[index]
+        shape = [int(d) for d in entry["shape"]]  # type: ignore[index]
+        begin, end = (int(x) for x in entry["data_offsets"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError) as exc:
+        raise EncoderError(f"{path}: tensor {name!r} has a malformed header entry ({exc})") from None
+    if dtype_name != "BF16" and dtype_name not in _DTYPES:
+        raise EncoderError(f"{path}: tensor {name!r} has dtype {dtype_name}, which hybridret does not read")
+    itemsize = 2 if dtype_name == "BF16" else _DTYPES[dtype_name].itemsize
+    count = math.prod(shape)
+    if any(d < 0 for d in shape) or not 0 <= begin <= end <= len(body) or end - begin != count * itemsize:
+        raise EncoderError(f"{path}: tensor {name!r} ({dtype_name} {shape}) has bytes [{begin}, {end}) that do not "
+                           f"fit its shape or the file ({len(body)} data bytes); the file is damaged")
+    raw = body[begin:end]
+    if dtype_name == "BF16":
+        return _bf16_to_f32(np.frombuffer(raw, dtype="<u2")).reshape(shape)
+    arr = np.frombuffer(raw, dtype=_DTYPES[dtype_name]).reshape(shape)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float32)  # a copy, native byte order
+    return arr.astype(arr.dtype.newbyteorder("="))

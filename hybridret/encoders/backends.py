@@ -1,0 +1,136 @@
+"""Which engine runs an encoder's transformer, and on which device: decided without importing torch
+where it can be.
+
+Backends (benchmarks/encode_speed.py measures each):
+
+* ``"numpy"``: the BERT forward pass in numpy float32 (:mod:`hybridret.encoders._numpy_bert`), on the
+  CPU; needs neither torch nor transformers. BERT checkpoints with ``model.safetensors`` and
+  ``tokenizer.json`` only (both default models are).
+* ``"torch"``: transformers on torch, float32 on the CPU (fp16 autocast on CUDA). The same vectors as
+  ``"numpy"`` to float32 rounding (dense cosine >= 0.9999 per text, tests/test_numpy_backend.py).
+* ``"torch-bf16"``: the weights cast to bfloat16: ~2x the documents/s of a build on a CPU with bf16
+  instructions (avx512_bf16 / AMX), near-lossless (dense cosine to float32 ~0.9999, nDCG@10 within ~0.001).
+* ``"torch-int8"``: every nn.Linear dynamically quantised to int8 (fbgemm): CPU only, ~2.3x, at a larger
+  quality cost (dense cosine to float32 ~0.98; nDCG@10 within ~0.01).
+* ``"auto"`` (the default): ``"torch"`` where torch is installed (CUDA or CPU: see
+  :data:`CPU_PREFERS_NUMPY`), else ``"numpy"`` for a model it runs; a model numpy cannot run needs torch.
+
+The torch backends need the ``torch`` extra (``pip install 'hybridret[torch]'``); without it they
+raise :class:`~hybridret.errors.MissingDependencyError` saying so. The float32 backends
+(``auto``/``numpy``/``torch``) compute the same vectors, so an encoder config (an index manifest, an
+encode-cache key) does not record which of them ran: an index built with one is searched with the other.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from ..errors import ConfigError, EncoderError, MissingDependencyError
+
+__all__ = ["BACKENDS", "CPU_PREFERS_NUMPY", "DEFAULT_BACKEND", "FLOAT32_BACKENDS", "TORCH_INSTALL", "backend_config",
+           "check_backend", "cuda_possible", "pick_device", "require_torch", "resolve_backend", "torch_installed"]
+
+BACKENDS = ("auto", "numpy", "torch", "torch-bf16", "torch-int8")
+DEFAULT_BACKEND = "auto"
+FLOAT32_BACKENDS = ("auto", "numpy", "torch")  # the same vectors: not recorded in an encoder config
+TORCH_INSTALL = "pip install 'hybridret[torch]'"
+# "auto" on the CPU with torch installed: torch. Measured on this project's 2-core machine, interleaved in one
+# run (benchmarks/encode_speed.py; docs/architecture.md "Encoder backends"): torch encodes a build ~1.5x
+# faster (both models: 9.8-9.9 vs 6.5-6.6 docs/s) and one query ~1.3x faster (median 39-56 vs 49-71 ms);
+# numpy is the default where torch is absent. backend="numpy" chooses numpy anyway.
+CPU_PREFERS_NUMPY = False
+
+
+def torch_installed() -> bool:
+    """Whether torch and transformers can be imported (looked up without importing them)."""
+    for name in ("torch", "transformers"):
+        try:
+            if importlib.util.find_spec(name) is None:
+                return False
+        except (ImportError, ValueError):  # a module set to None in sys.modules, or a broken install
+            return False
+    return True
+
+
+def require_torch(what: str) -> None:
+    """Raise :class:`MissingDependencyError` naming the extra when torch/transformers are missing."""
+    if not torch_installed():
+        raise MissingDependencyError(
+            f"{what} needs torch and transformers, which are not installed: {TORCH_INSTALL} (install the CPU "
+            "build of torch first to avoid a multi-GB CUDA download, e.g. pip install torch --index-url "
+            "https://download.pytorch.org/whl/cpu). The default models run without them on backend='numpy'.")
+
+
+def check_backend(backend: str, device: str | None = None) -> str:
+    """Validate a backend name (that it exists, is installed, and can run on ``device``); returns it."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown encoder backend {backend!r}; expected one of {', '.join(BACKENDS)}")
+    on_gpu = device is not None and str(device) not in ("auto", "cpu") and not str(device).startswith("cpu")
+    if backend in ("torch-int8", "numpy") and on_gpu:
+        raise ConfigError(f"encoder backend {backend!r} runs on the CPU only, not on {device!r}; "
+                          "use backend='torch' (fp16 on CUDA) there")
+    if backend.startswith("torch"):
+        require_torch(f"encoder backend {backend!r}")
+    return backend
+
+
+def cuda_possible() -> bool:
+    """Whether a CUDA (or ROCm) device may be present, without importing torch: on Linux a GPU needs
+    its kernel driver, whose device files are absent on a CPU-only machine. ``True`` where unsure."""
+    if not sys.platform.startswith("linux"):
+        return True
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/proc/driver/nvidia", "/dev/kfd"))
+
+
+def pick_device(device: str | None) -> str:
+    """``None``/``"auto"``: CUDA when torch is installed and sees a GPU, else the CPU (torch is imported
+    only where a GPU may exist). An explicit CUDA device needs torch and a GPU."""
+    if device in (None, "auto"):
+        if not torch_installed() or not cuda_possible():
+            return "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda"):
+        require_torch(f"device {device!r}")
+        import torch
+
+        if not torch.cuda.is_available():
+            raise EncoderError(f"device {device!r} requested but CUDA is not available")
+    return str(device)
+
+
+def resolve_backend(backend: str, path: str | Path, device: str, *, numpy_blocker: str | None = None) -> str:
+    """The backend that runs the model at ``path`` on ``device``: ``backend`` itself, or for ``"auto"``
+    the choice described in the module's docstring. ``numpy_blocker``: a reason (besides the model's
+    architecture) why numpy cannot run it, e.g. a torch-only file next to the weights.
+
+    Raises:
+        ConfigError: ``"numpy"`` asked for a model or device it does not run.
+        MissingDependencyError: the model needs torch, which is not installed.
+    """
+    from ._numpy_bert import numpy_support
+
+    check_backend(backend, device)
+    cpu = str(device).startswith("cpu")
+    if backend == "numpy" or (backend == "auto" and cpu and (CPU_PREFERS_NUMPY or not torch_installed())):
+        why = numpy_blocker or numpy_support(path)
+        if why is None:
+            return "numpy"
+        if backend == "numpy":
+            raise ConfigError(f"encoder backend 'numpy' cannot run {str(path)!r}: {why}; use backend='torch' "
+                              f"({TORCH_INSTALL})")
+        require_torch(f"model {str(path)!r} (the numpy backend cannot run it: {why})")
+    if backend == "auto":
+        require_torch(f"device {device!r}")
+        return "torch"
+    return backend
+
+
+def backend_config(backend: str) -> dict[str, str]:
+    """The config entry for ``backend``: none for the float32 backends (the same vectors whichever
+    ran), so configs written before backends existed stay equal to today's."""
+    return {} if backend in FLOAT32_BACKENDS else {"backend": backend}
