@@ -144,8 +144,8 @@ def _translate(node: Any, where: str) -> dict[str, Any]:
         return {"$or": [{key: None}, {key: {"$exists": False}}]} if value is None else {key: value}
     if op == "!=":
         return {"$and": [{key: {"$exists": True}}, {key: {"$ne": None}}]} if value is None else {key: {"$ne": value}}
-    if value is None:
-        raise HaystackFilterError(f"{where}: {op!r} cannot compare with None")
+    if value is None:  # Haystack: nothing is ordered against None, so nothing matches
+        return {"$and": [{key: {"$exists": True}}, {key: {"$exists": False}}]}
     if isinstance(value, str) and not _iso_date(value):
         raise HaystackFilterError(f"{where}: {op!r} compares numbers, or strings only as ISO dates "
                                   f"('2024-01-31', '2024-01-31T12:00:00'), got {value!r}")
@@ -158,7 +158,8 @@ def haystack_filter_to_hybridret(filters: dict[str, Any] | None) -> dict[str, An
     ``{"field": "meta.x", "operator": OP, "value": v}`` -> ``==``: ``{"x": v}``, ``!=``:
     ``{"x": {"$ne": v}}``, ``>``/``>=``/``<``/``<=``: ``$gt``/``$gte``/``$lt``/``$lte``, ``in``/``not in``:
     ``$in``/``$nin``; ``"meta.a.b"`` -> ``"a.b"`` (nested); ``== None`` also matches a missing field and
-    ``!= None`` needs it present (Haystack reads a missing field as None). ``AND``/``OR`` ->
+    ``!= None`` needs it present (Haystack reads a missing field as None); a range against ``None``
+    matches nothing. ``AND``/``OR`` ->
     ``$and``/``$or``; ``NOT`` (Haystack: not all of the conditions) -> ``{"$not": {"$and": [...]}}``.
     Dates/datetimes become ISO strings. As in Haystack, ranges take numbers or ISO-date strings
     (another string raises), and ``in``/``not in`` take a list (not a tuple). Filters on Document
