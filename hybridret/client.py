@@ -360,7 +360,7 @@ class Client:
         ``{"id", "title", "text", "metadata"}`` in written order, from ``offset`` on, at most ``limit``
         (``None``: all). Read a page at a time through ``POST /documents/list``; when a commit lands
         between two pages the listing starts again, so the documents returned are those of one commit."""
-        from .listing import check_page
+        from .index.listing import check_page
 
         offset, limit = check_page(offset, limit)
         body = self._list_body(filter)

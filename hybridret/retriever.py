@@ -411,7 +411,7 @@ class HybridRetriever:
         """See :meth:`Searcher.documents`: every document matching ``filter``, in written order
         (``[]`` before the first write)."""
         if self._searcher is None:
-            from .listing import check_page
+            from .index.listing import check_page
 
             check_page(offset, limit)
             return []

@@ -364,14 +364,14 @@ class Searcher:
         """Every live document matching ``filter`` (all of them for ``None``), not the top-k of a
         query: ``{"id", "title", "text", "metadata"}`` as :meth:`get` returns them, in the order they
         were written (an upserted document moves to the end), from ``offset`` on, at most ``limit``
-        (see :mod:`hybridret.listing`). Deleted and expired documents are never listed."""
-        from .listing import list_documents
+        (see :mod:`hybridret.index.listing`). Deleted and expired documents are never listed."""
+        from .index.listing import list_documents
 
         return list_documents(self.current(), filter, offset=offset, limit=limit).documents
 
     def count(self, filter: Filter | Mapping[str, Any] | str | None = None) -> int:
         """How many live documents match ``filter`` (``None``: :attr:`num_docs`); reads no text."""
-        from .listing import list_documents
+        from .index.listing import list_documents
 
         return list_documents(self.current(), filter, limit=0).total
 

@@ -45,7 +45,7 @@ from haystack.document_stores.errors import DuplicateDocumentError  # noqa: E402
 from haystack.document_stores.types import DuplicatePolicy  # noqa: E402
 from haystack.utils import Secret  # noqa: E402
 
-from .haystack import haystack_filter_to_hybridret  # noqa: E402
+from .haystack_filters import haystack_filter_to_hybridret  # noqa: E402
 
 __all__ = ["HaystackDuplicateError", "HybridRetDocumentStore"]
 
@@ -184,7 +184,7 @@ class HybridRetDocumentStore:
         """Every document matching ``filters`` (Haystack's syntax, or hybridret's own; ``None``/``{}``:
         all), in the order written (a replaced document moves to the end). Filters apply to ``meta``
         only; an operator or value hybridret cannot compare raises ``FilterError`` (see
-        :func:`~hybridret.integrations.haystack.haystack_filter_to_hybridret`)."""
+        :func:`~hybridret.integrations.haystack_filters.haystack_filter_to_hybridret`)."""
         flt = haystack_filter_to_hybridret(filters)
         if self._unbuilt():
             return []

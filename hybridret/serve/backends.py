@@ -92,9 +92,9 @@ class LocalBackend:
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
                   limit: int | None) -> dict[str, Any]:
-        """A page of the documents matching ``filter`` (:func:`hybridret.listing.list_documents`)
+        """A page of the documents matching ``filter`` (:func:`hybridret.index.listing.list_documents`)
         with the count of all of them and the commit it was read from."""
-        from ..listing import list_documents
+        from ..index.listing import list_documents
 
         page = list_documents(self.searcher.current(), filter, offset=offset, limit=limit)
         return {"documents": page.documents, "total": page.total, "offset": page.offset, "commit": page.commit}

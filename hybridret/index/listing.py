@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
-from .filters import Filter, parse_filter
-from .index.snapshot import Snapshot
+from ..errors import ConfigError
+from ..filters import Filter, parse_filter
+from .snapshot import Snapshot
 
 __all__ = ["DocumentPage", "check_page", "list_documents", "matching_rows"]
 
