@@ -112,7 +112,7 @@ def test_what_cannot_be_stored_is_refused_naming_the_document(paired_encoder):
     with pytest.raises(CorpusFormatError, match="reserved"):
         store.write_documents([Document(id="r", content="x", meta={"_haystack_json": {}})])
     with pytest.raises(ConfigError, match="DuplicatePolicy"):
-        store.write_documents([Document(content="x")], policy="overwrite")
+        store.write_documents([Document(content="x")], policy="replace")
     assert store.count_documents() == 0  # a refused write writes nothing
     with pytest.raises(ConfigError, match="embeddings must be"):
         HybridRetDocumentStore(encoder=paired_encoder, embeddings="drop")
@@ -169,14 +169,33 @@ def test_policies_within_one_write_and_meta_round_trip(paired_encoder):
         == ["m"]
 
 
-def test_update_by_filter_does_not_encode_again(paired_encoder):
+def test_update_by_filter_does_not_encode_again(paired_encoder, caplog):
     store = HybridRetDocumentStore(encoder=paired_encoder)
     store.write_documents([Document(id=f"u{i}", content=f"text {i}", meta={"k": i % 2}) for i in range(6)])
-    before = store.backend.info()["commit"]
-    assert store.update_by_filter({"field": "meta.k", "operator": "==", "value": 1}, {"flag": True}) == 3
+    with caplog.at_level("INFO", logger="hybridret.integrations.haystack_store"):
+        assert store.update_by_filter({"field": "meta.k", "operator": "==", "value": 1}, {"flag": True}) == 3
+    assert "3 document(s) updated, 0 encoded again" in caplog.text
     assert store.count_documents_by_filter({"field": "meta.flag", "operator": "==", "value": True}) == 3
-    assert store.backend.info()["commit"] > before
-    assert store.backend.upsert([{"id": "u1", "text": "text 1", "metadata": {"k": 1, "flag": True}}]).unchanged == 1
+    assert store.backend.get(["u1"])[0]["metadata"] == {"k": 1, "flag": True}
+    assert store.write_documents([Document(id="u0", content="text 0 changed")], policy="overwrite") == 1  # by name
+    assert store.filter_documents({"field": "meta.k", "operator": "==", "value": 0}) == [
+        Document(id="u2", content="text 2", meta={"k": 0}), Document(id="u4", content="text 4", meta={"k": 0})]
+
+
+def test_a_served_index_that_chunks_documents_is_refused(paired_encoder, tmp_path):
+    pytest.importorskip("fastapi")
+    from _serving import serving
+
+    from hybridret.serve.app import create_app
+
+    chunked = HybridRetriever(paired_encoder).index([{"id": "a", "text": "one two three four five six seven"}],
+                                                    workdir=tmp_path / "chunked", chunk_tokens=8, show_progress=False)
+    with serving(create_app(chunked)) as url:
+        store = HybridRetDocumentStore(url)
+        with pytest.raises(ConfigError, match="cuts documents into chunks.*without chunk_tokens"):
+            store.write_documents([Document(id="b", content="a document Haystack split already")])
+        assert chunked.get(["b"]) == [None]
+        store.close()
 
 
 # -- pipelines --------------------------------------------------------------------------------------

@@ -15,6 +15,10 @@ score=hit.score)``. Filters may be Haystack's (``{"field": "meta.x", "operator":
 Grouped (``group_by="parent_id"``, ``group_size=g``: the chunks of the top ``top_k`` documents,
 in group order), each chunk's ``meta`` names its document as ``source_id`` (the key Haystack's
 ``DocumentSplitter`` gives a split's parent) and holds ``group_rank`` and ``group_score``.
+
+Over a :class:`~hybridret.integrations.haystack_store.HybridRetDocumentStore`
+(``HybridRetHaystackRetriever(document_store=store)``) each result is the store's Document (its
+``meta`` as written) with the hit's ``score`` and ``meta["scores"]``.
 """
 
 from __future__ import annotations

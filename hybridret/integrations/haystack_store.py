@@ -102,6 +102,7 @@ class HybridRetDocumentStore:
         self._build_at: Path | None = None  # an index directory to build on the first write
         self._owned = False  # a Client this store opened (closed by close())
         self._encoder = encoder
+        self._server_checked = False  # whether a served index was checked for chunking (see _write)
         if index is None or isinstance(index, (str, Path)):
             self.backend = self._open(index)
         else:
@@ -202,8 +203,7 @@ class HybridRetDocumentStore:
         nothing; ``SKIP`` leaves those as they are; ``OVERWRITE`` replaces them (a document whose
         text is unchanged is not encoded again). Within one call a repeated id counts as a
         duplicate (``SKIP``: the first is written; ``OVERWRITE``: the last)."""
-        if not isinstance(policy, DuplicatePolicy):
-            raise ConfigError(f"policy must be a haystack DuplicatePolicy, got {policy!r}")
+        policy = _policy(policy)
         docs = self._check_documents(documents)
         if policy == DuplicatePolicy.NONE:
             policy = DuplicatePolicy.FAIL
@@ -274,7 +274,8 @@ class HybridRetDocumentStore:
         for doc in docs:
             doc.meta.update(meta)
         if docs:
-            self._write(self._check_documents(docs), upsert=True)
+            encoded = self._write(self._check_documents(docs), upsert=True)
+            logger.info("update_by_filter: %d document(s) updated, %d encoded again", len(docs), encoded)
         return len(docs)
 
     # -- async twins ----------------------------------------------------------------------------
@@ -319,19 +320,33 @@ class HybridRetDocumentStore:
             found += [i for i, d in zip(part, self.backend.get(part)) if d is not None]
         return found
 
-    def _write(self, docs: list[dict[str, Any]], *, upsert: bool) -> None:
+    def _write(self, docs: list[dict[str, Any]], *, upsert: bool) -> int:
+        """Add or upsert hybridret documents (committed on return); how many were encoded."""
         backend = self.backend
         if self._unbuilt():  # the first write builds the index (in its directory, if one was given)
             workdir = self._build_at
             backend.index(docs, workdir=workdir, show_progress=False)
             if workdir is not None:
                 self._build_at = None
-            return
+            return len(docs)
         if hasattr(backend, "searcher") and hasattr(backend, "index"):  # a HybridRetriever: documents stay whole
-            (backend.upsert if upsert else backend.add)(docs, show_progress=False, chunk_tokens=0)
+            return _count((backend.upsert if upsert else backend.add)(docs, show_progress=False, chunk_tokens=0),
+                          "encoded")
+        self._check_server_chunking()
+        return sum(_count((backend.upsert if upsert else backend.add)(part), "encoded")
+                   for part in _batches(docs, _CLIENT_BATCH))
+
+    def _check_server_chunking(self) -> None:
+        """A served index that cuts documents into chunks would store a Haystack document as several;
+        refuse it (once per store) rather than break count and filter semantics."""
+        if self._server_checked:
             return
-        for part in _batches(docs, _CLIENT_BATCH):
-            (backend.upsert if upsert else backend.add)(part)
+        chunking = (self.backend.info() or {}).get("chunking")
+        if chunking:
+            raise ConfigError(f"the index served at {self.backend.url} cuts documents into chunks ({chunking}); a "
+                              "Haystack document store keeps each document whole (split them with Haystack's "
+                              "DocumentSplitter): serve an index built without chunk_tokens")
+        self._server_checked = True
 
     def _check_documents(self, documents: Any) -> list[dict[str, Any]]:
         """Haystack Documents as hybridret's ``{"id", "text", "title", "metadata"}``, or an error
@@ -376,6 +391,18 @@ class HybridRetDocumentStore:
         if self.title_field and title and self.title_field not in meta:  # an index written outside Haystack
             meta[self.title_field] = title
         return Document(id=stored["id"], content=stored.get("text", ""), meta=meta)
+
+
+def _policy(policy: Any) -> DuplicatePolicy:
+    """A :class:`DuplicatePolicy`, or its name or value as a string (``"overwrite"``, ``"SKIP"``)."""
+    if isinstance(policy, DuplicatePolicy):
+        return policy
+    if isinstance(policy, str):
+        for p in DuplicatePolicy:
+            if policy.lower() in (p.name.lower(), str(p.value).lower()):
+                return p
+    raise ConfigError(f"policy must be a haystack DuplicatePolicy ({', '.join(p.name for p in DuplicatePolicy)}), "
+                      f"got {policy!r}")
 
 
 def _temporary(where: str) -> bool:

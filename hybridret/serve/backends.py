@@ -116,7 +116,7 @@ class LocalBackend:
         return {
             "index": str(searcher.root), "commit": snap.commit, "saved_at": manifest.get("saved_at"),
             "num_docs": snap.num_docs, "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
-            "encoder": manifest.get("encoder"),
+            "encoder": manifest.get("encoder"), "chunking": manifest.get("chunking"),
             "components": manifest.get("components", {}), "available": searcher.available(snap),
             "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
             "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
