@@ -267,6 +267,7 @@ def test_server_store_serialises_its_url_and_the_key_s_variable(server, monkeypa
     url, retriever = server
     monkeypatch.setenv("HYBRIDRET_API_KEY", KEY)
     store = HybridRetDocumentStore(url)  # the key from HYBRIDRET_API_KEY by default
+    store.delete_all_documents()  # the server is shared with the contract tests
     store.write_documents([Document(id="srv", content="Axolotls regrow their limbs.", meta={"kind": "amphibian"})])
     data = store.to_dict()
     assert data["init_parameters"]["index"] == url and KEY not in repr(data)

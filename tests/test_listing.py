@@ -121,3 +121,11 @@ def test_documents_through_a_real_server(paired_encoder, tmp_path, monkeypatch):
             with Client(url, api_key="listing-key-0123456789", transport=WriteBetweenPages()) as racing:
                 got = [d["id"] for d in racing.documents()]
             assert got == [f"p{i:02d}" for i in range(9)] + ["late"] and WriteBetweenPages.pages > 5
+
+
+def test_a_sharded_server_says_listing_is_not_supported_yet():
+    from hybridret.serve.backends import ShardedBackend
+
+    backend = ShardedBackend.__new__(ShardedBackend)  # the refusal needs no shard (nor Ray)
+    with pytest.raises(ConfigError, match="not supported on a sharded index yet"):
+        backend.documents({"kind": "a"}, offset=0, limit=10)

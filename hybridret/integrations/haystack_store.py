@@ -233,7 +233,8 @@ class HybridRetDocumentStore:
                                          "them)", stored)
         if stored:
             logger.info("skipping %d document(s) already in the store: %s", len(stored), _shown(stored))
-        fresh = [d for d in batch if d["id"] not in set(stored)]
+        known = set(stored)
+        fresh = [d for d in batch if d["id"] not in known]
         if fresh:
             try:
                 self._write(fresh, upsert=False)
