@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import inspect
 
 import pytest
@@ -106,8 +107,6 @@ def test_what_cannot_be_stored_is_refused_naming_the_document(paired_encoder):
     with pytest.raises(CorpusFormatError, match="'d'.*may not start with '\\$' or contain '.'"):
         store.write_documents([Document(id="d", content="x", meta={"a.b": 1})])
     with pytest.raises(CorpusFormatError, match="'t'.*datetime"):
-        import datetime
-
         store.write_documents([Document(id="t", content="x", meta={"when": datetime.datetime(2024, 1, 1)})])
     with pytest.raises(CorpusFormatError, match="reserved"):
         store.write_documents([Document(id="r", content="x", meta={"_haystack_json": {}})])
