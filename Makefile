@@ -55,6 +55,7 @@ bench: $(VENV)/.installed
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/living.py
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/filtered_ann.py
 	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/serve_load.py
+	OMP_WAIT_POLICY=PASSIVE $(PY) benchmarks/haystack_store.py
 	$(PY) benchmarks/report.py
 
 clean:

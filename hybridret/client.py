@@ -62,6 +62,9 @@ class ClientClosedError(HybridRetError, RuntimeError):
     """A request was made through a :class:`Client` after :meth:`Client.close`."""
 
 
+_LIST_PAGE = 1000  # documents per POST /documents/list (the server's MAX_LIST)
+_LIST_ATTEMPTS = 3
+
 _BY_TYPE: dict[str, type[HybridRetError]] = {
     "ConfigError": ConfigError, "FilterError": FilterError, "CorpusFormatError": CorpusFormatError,
     "IndexLockedError": IndexLockedError, "IndexExistsError": IndexExistsError, "IndexReadOnlyError": IndexReadOnlyError,
@@ -350,6 +353,50 @@ class Client:
         if not ids:
             return []
         return self._request("GET", "/documents?" + urlencode([("ids", i) for i in ids]))["documents"]
+
+    def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """Every document matching ``filter`` (``None``: all), as :meth:`hybridret.Searcher.documents`:
+        ``{"id", "title", "text", "metadata"}`` in written order, from ``offset`` on, at most ``limit``
+        (``None``: all). Read a page at a time through ``POST /documents/list``; when a commit lands
+        between two pages the listing starts again, so the documents returned are those of one commit."""
+        from .index.listing import check_page
+
+        offset, limit = check_page(offset, limit)
+        body = self._list_body(filter)
+        for _ in range(_LIST_ATTEMPTS):
+            out: list[dict[str, Any]] = []
+            commit = None
+            at = offset
+            while limit is None or len(out) < limit:
+                want = _LIST_PAGE if limit is None else min(_LIST_PAGE, limit - len(out))
+                page = self._request("POST", "/documents/list", {**body, "offset": at, "limit": want})
+                if commit is not None and page["commit"] != commit:
+                    break  # the index changed between two pages: start again on the new commit
+                commit = page["commit"]
+                out += page["documents"]
+                at += len(page["documents"])
+                if not page["documents"] or at >= page["total"]:
+                    return out
+            else:
+                return out
+        raise ServerError(f"{self.url}: the index changed between every two pages of {_LIST_ATTEMPTS} listings; "
+                          "list with a narrower filter or pause the writers", status=409, type="IndexChanged")
+
+    def count(self, filter: Filter | Mapping[str, Any] | str | None = None) -> int:
+        """How many documents match ``filter`` (``None``: all live documents), as :meth:`hybridret.Searcher.count`."""
+        return int(self._request("POST", "/documents/list", {**self._list_body(filter), "limit": 0})["total"])
+
+    @staticmethod
+    def _list_body(filter: Filter | Mapping[str, Any] | str | None) -> dict[str, Any]:
+        if filter is None:
+            return {}
+        if isinstance(filter, Filter):
+            return {"filter": dict(filter.spec)}
+        from .filters import parse_filter
+
+        parse_filter(filter)  # the searcher's checks, here, before any request
+        return {"filter": filter if isinstance(filter, str) else dict(filter)}
 
     # -- writes (each answered after its commit) --
     def add(self, documents: Iterable[Mapping[str, Any]], *, ttl: float | None = None) -> dict[str, Any]:

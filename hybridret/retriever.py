@@ -407,6 +407,26 @@ class HybridRetriever:
         """See :meth:`Searcher.get`: stored documents by id (``None`` where absent)."""
         return self.searcher.get(ids)
 
+    def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """See :meth:`Searcher.documents`: every document matching ``filter``, in written order
+        (``[]`` before the first write)."""
+        if self._searcher is None:
+            from .index.listing import check_page
+
+            check_page(offset, limit)
+            return []
+        return self._searcher.documents(filter, offset=offset, limit=limit)
+
+    def count(self, filter: Filter | Mapping[str, Any] | str | None = None) -> int:
+        """See :meth:`Searcher.count`: how many documents match ``filter`` (0 before the first write)."""
+        if self._searcher is None:
+            from .filters import parse_filter
+
+            parse_filter(filter)
+            return 0
+        return self._searcher.count(filter)
+
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,

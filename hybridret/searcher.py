@@ -359,6 +359,22 @@ class Searcher:
             out.append({"id": doc_id, "title": title, "text": text, "metadata": meta})
         return out
 
+    def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,
+                  limit: int | None = None) -> list[dict[str, Any]]:
+        """Every live document matching ``filter`` (all of them for ``None``), not the top-k of a
+        query: ``{"id", "title", "text", "metadata"}`` as :meth:`get` returns them, in the order they
+        were written (an upserted document moves to the end), from ``offset`` on, at most ``limit``
+        (see :mod:`hybridret.index.listing`). Deleted and expired documents are never listed."""
+        from .index.listing import list_documents
+
+        return list_documents(self.current(), filter, offset=offset, limit=limit).documents
+
+    def count(self, filter: Filter | Mapping[str, Any] | str | None = None) -> int:
+        """How many live documents match ``filter`` (``None``: :attr:`num_docs`); reads no text."""
+        from .index.listing import list_documents
+
+        return list_documents(self.current(), filter, limit=0).total
+
     def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,

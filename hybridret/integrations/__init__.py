@@ -10,6 +10,7 @@ signature: a :class:`~hybridret.Searcher` (read-only, thread-safe), a
     from hybridret.integrations import HybridRetVectorStore              # pip install 'hybridret[langchain]'
     from hybridret.integrations import HybridRetLlamaIndexRetriever      # pip install 'hybridret[llamaindex]'
     from hybridret.integrations import HybridRetHaystackRetriever        # pip install 'hybridret[haystack]'
+    from hybridret.integrations import HybridRetDocumentStore            # pip install 'hybridret[haystack]'
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "HybridRetDocumentStore",
     "HybridRetHaystackRetriever",
     "HybridRetLangChainRetriever",
     "HybridRetLlamaIndexRetriever",
@@ -32,6 +34,7 @@ _WHERE = {
     "HybridRetLlamaIndexRetriever": "llamaindex",
     "llamaindex_filters_to_hybridret": "llamaindex",
     "HybridRetHaystackRetriever": "haystack",
+    "HybridRetDocumentStore": "haystack_store",
     "haystack_filter_to_hybridret": "haystack",
 }
 

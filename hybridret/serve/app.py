@@ -78,6 +78,7 @@ MAX_QUERY_CHARS = 4096
 MAX_QUERIES = 256
 MAX_DOCUMENTS = 10_000
 MAX_IDS = 100_000
+MAX_LIST = 1000  # documents per page of POST /documents/list
 
 
 def _method_enum(schema: dict[str, Any]) -> None:
@@ -244,6 +245,30 @@ class DeleteRequest(_Strict):
         if (self.ids is None) == (self.filter is None):
             raise ValueError("give either 'ids' or 'filter'")
         return self
+
+
+class ListRequest(_Strict):
+    """Every stored document matching a filter (not the top-k of a query), a page at a time."""
+
+    filter: Union[dict[str, Any], StrictStr, None] = Field(
+        None, description='metadata filter, e.g. {"source": "wiki"}; none: every document')
+    offset: StrictInt = Field(0, ge=0, description="matching documents skipped (in written order)")
+    limit: StrictInt = Field(100, ge=0, le=MAX_LIST, description=f"documents in this page, at most {MAX_LIST}; "
+                                                                  "0: only the count")
+
+
+class StoredDocumentOut(BaseModel):
+    id: str
+    title: str
+    text: str
+    metadata: dict[str, Any]
+
+
+class ListResponse(BaseModel):
+    documents: list[StoredDocumentOut] = Field(description="this page, in the order the documents were written")
+    total: int = Field(description="every document matching the filter (pages: offset += limit while below it)")
+    offset: int
+    commit: int = Field(description="the commit listed: a page of another commit means the index changed between pages")
 
 
 class WriteResponse(BaseModel):
@@ -577,7 +602,7 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
             "batching": {**service.batcher.config(), **service.batcher.stats.to_dict()},
             "auth": {"writes": config.api_key is not None, "reads": config.api_key is not None and config.protect_reads},
             "limits": {"k": MAX_K, "query_chars": MAX_QUERY_CHARS, "queries": MAX_QUERIES,
-                       "documents": MAX_DOCUMENTS, "body_bytes": config.max_body_bytes},
+                       "documents": MAX_DOCUMENTS, "list_page": MAX_LIST, "body_bytes": config.max_body_bytes},
             "writes": service.writes, "uptime_s": round(time.time() - service.started, 3),
         }
 
@@ -595,6 +620,17 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
             return backend.get(wanted)
 
         return {"documents": await run_in_threadpool(lookup)}
+
+    @app.post("/documents/list", response_model=ListResponse, dependencies=[Depends(read_auth)], responses=_ERRORS,
+              summary="every document matching a metadata filter (not a search: no query, no top-k), a page at a time")
+    async def list_documents(req: ListRequest) -> dict[str, Any]:
+        filt = parse_filter(req.filter)  # a malformed filter: 400 naming where
+
+        def page() -> dict[str, Any]:
+            service.fresh()
+            return backend.documents(filt, offset=req.offset, limit=req.limit)
+
+        return await run_in_threadpool(page)
 
     # -- writes --
     @app.post("/documents", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,

@@ -3,8 +3,9 @@ or a sharded index on Ray (:class:`ShardedBackend`, a :class:`~hybridret.distrib
 
 The app (:mod:`hybridret.serve.app`) talks to either through the same few methods (:class:`ServeBackend`):
 ``search`` and ``get`` (the :class:`~hybridret.types.SearchBackend` protocol; ``search`` is thread-safe,
-called by the micro-batcher's workers), ``write`` (add / upsert / delete / compact, called under the app's
-write lock, committed before it returns), ``health``, ``info``, ``refresh_every``, ``describe`` and ``close``.
+called by the micro-batcher's workers), ``documents`` (a page of the documents matching a filter),
+``write`` (add / upsert / delete / compact, called under the app's write lock, committed before it
+returns), ``health``, ``info``, ``refresh_every``, ``describe`` and ``close``.
 Ray is imported only by :meth:`ShardedBackend.open`.
 """
 
@@ -41,6 +42,9 @@ class ServeBackend(SearchBackend, Protocol):
     @property
     def searcher(self) -> SearchBackend:
         """What reads go to: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
+
+    def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
+                  limit: int | None) -> dict[str, Any]: ...
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]: ...
 
@@ -86,6 +90,15 @@ class LocalBackend:
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
 
+    def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
+                  limit: int | None) -> dict[str, Any]:
+        """A page of the documents matching ``filter`` (:func:`hybridret.index.listing.list_documents`)
+        with the count of all of them and the commit it was read from."""
+        from ..index.listing import list_documents
+
+        page = list_documents(self.searcher.current(), filter, offset=offset, limit=limit)
+        return {"documents": page.documents, "total": page.total, "offset": page.offset, "commit": page.commit}
+
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
         out = getattr(self.retriever, op)(*args, **kw).to_dict()
         out["num_docs"] = self.searcher.num_docs
@@ -103,7 +116,7 @@ class LocalBackend:
         return {
             "index": str(searcher.root), "commit": snap.commit, "saved_at": manifest.get("saved_at"),
             "num_docs": snap.num_docs, "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
-            "encoder": manifest.get("encoder"),
+            "encoder": manifest.get("encoder"), "chunking": manifest.get("chunking"),
             "components": manifest.get("components", {}), "available": searcher.available(snap),
             "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
             "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
@@ -181,6 +194,11 @@ class ShardedBackend:
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
+
+    def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
+                  limit: int | None) -> dict[str, Any]:
+        raise ConfigError("listing documents (POST /documents/list) is not supported on a sharded index yet; "
+                          "list each shard's folder, or search with a filter")
 
     def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
         kw.pop("show_progress", None)
