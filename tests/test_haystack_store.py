@@ -80,7 +80,17 @@ def server(paired_encoder, tmp_path_factory):
         yield url, retriever
 
 
-class TestThroughServer(HaystackContract):
+class ServerContract(CountDocumentsTest, WriteDocumentsTest, DeleteDocumentsTest, DeleteAllTest, DeleteByFilterTest,
+                     CountDocumentsByFilterTest):
+    """Through a server: Haystack's write/count/delete contract. The filter cases (some 70 of them) run
+    in-process only: a Client sends the same translated filter that the server applies with the same
+    code (POST /documents/list; tests/test_listing.py checks that path through a real server)."""
+
+    assert_documents_are_equal = staticmethod(HaystackContract.assert_documents_are_equal)
+    test_write_documents = HaystackContract.test_write_documents
+
+
+class TestThroughServer(ServerContract):
     @pytest.fixture
     def document_store(self, server, monkeypatch):
         from haystack.utils import Secret
