@@ -107,6 +107,14 @@ def test_auto_prefers_torch_where_installed() -> None:
     assert PairedEncoder.from_names().warm().dense.runner.backend == ("numpy" if CPU_PREFERS_NUMPY else "torch")
 
 
+def test_the_environment_chooses_what_auto_means(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HYBRIDRET_ENCODER_BACKEND", "numpy")
+    assert DenseEncoder().warm().runner.backend == "numpy"  # torch installed, numpy asked for
+    monkeypatch.setenv("HYBRIDRET_ENCODER_BACKEND", "tensorflow")
+    with pytest.raises(ConfigError, match="HYBRIDRET_ENCODER_BACKEND='tensorflow': expected numpy, torch or auto"):
+        DenseEncoder().warm()
+
+
 def test_float32_backends_are_not_recorded_in_configs() -> None:
     assert backend_config("auto") == backend_config("numpy") == backend_config("torch") == {}
     assert backend_config("torch-int8") == {"backend": "torch-int8"}

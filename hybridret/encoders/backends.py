@@ -14,6 +14,7 @@ Backends (benchmarks/encode_speed.py measures each):
   quality cost (dense cosine to float32 ~0.98; nDCG@10 within ~0.01).
 * ``"auto"`` (the default): ``"torch"`` where torch is installed (CUDA or CPU: see
   :data:`CPU_PREFERS_NUMPY`), else ``"numpy"`` for a model it runs; a model numpy cannot run needs torch.
+  The environment variable ``HYBRIDRET_ENCODER_BACKEND`` (``numpy`` / ``torch``) overrides that choice.
 
 The torch backends need the ``torch`` extra (``pip install 'hybridret[torch]'``); without it they
 raise :class:`~hybridret.errors.MissingDependencyError` saying so. The float32 backends
@@ -30,7 +31,8 @@ from pathlib import Path
 
 from ..errors import ConfigError, EncoderError, MissingDependencyError
 
-__all__ = ["BACKENDS", "CPU_PREFERS_NUMPY", "DEFAULT_BACKEND", "FLOAT32_BACKENDS", "TORCH_INSTALL", "backend_config",
+__all__ = ["AUTO_ENV", "BACKENDS", "CPU_PREFERS_NUMPY", "DEFAULT_BACKEND", "FLOAT32_BACKENDS", "TORCH_INSTALL",
+           "auto_override", "backend_config",
            "check_backend", "cuda_possible", "pick_device", "require_torch", "resolve_backend", "torch_installed"]
 
 BACKENDS = ("auto", "numpy", "torch", "torch-bf16", "torch-int8")
@@ -42,6 +44,8 @@ TORCH_INSTALL = "pip install 'hybridret[torch]'"
 # faster (both models: 9.8-9.9 vs 6.5-6.6 docs/s) and one query ~1.3x faster (median 39-56 vs 49-71 ms);
 # numpy is the default where torch is absent. backend="numpy" chooses numpy anyway.
 CPU_PREFERS_NUMPY = False
+# Set to "numpy" or "torch": what "auto" resolves to in this process (for every encoder, CPU or not)
+AUTO_ENV = "HYBRIDRET_ENCODER_BACKEND"
 
 
 def torch_installed() -> bool:
@@ -114,6 +118,8 @@ def resolve_backend(backend: str, path: str | Path, device: str, *, numpy_blocke
     """
     from ._numpy_bert import numpy_support
 
+    if backend == "auto":
+        backend = auto_override() or backend
     check_backend(backend, device)
     cpu = str(device).startswith("cpu")
     if backend == "numpy" or (backend == "auto" and cpu and (CPU_PREFERS_NUMPY or not torch_installed())):
@@ -128,6 +134,18 @@ def resolve_backend(backend: str, path: str | Path, device: str, *, numpy_blocke
         require_torch(f"device {device!r}")
         return "torch"
     return backend
+
+
+def auto_override() -> str | None:
+    """What ``"auto"`` means in this process when :data:`AUTO_ENV` is set: ``"numpy"`` or ``"torch"``
+    (e.g. ``HYBRIDRET_ENCODER_BACKEND=numpy`` keeps a short-lived CLI search off torch's start-up where
+    torch is installed); ``None`` when unset."""
+    value = os.environ.get(AUTO_ENV, "").strip().lower()
+    if not value or value == "auto":
+        return None
+    if value not in ("numpy", "torch"):
+        raise ConfigError(f"{AUTO_ENV}={os.environ[AUTO_ENV]!r}: expected numpy, torch or auto")
+    return value
 
 
 def backend_config(backend: str) -> dict[str, str]:
