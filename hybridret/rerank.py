@@ -69,8 +69,8 @@ class CrossEncoderReranker(Reranker):
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
             self.tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=False)
-            model = AutoModelForSequenceClassification.from_pretrained(
-                folder, local_files_only=True, trust_remote_code=False, use_safetensors=True)
+            load = AutoModelForSequenceClassification.from_pretrained
+            model = load(folder, local_files_only=True, trust_remote_code=False, use_safetensors=True)
         except (OSError, ValueError, KeyError) as exc:
             raise EncoderError(f"{folder}: cannot load a sequence-classification model: {exc}") from None
         self.model = model.to(self.device).eval()
