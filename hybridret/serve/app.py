@@ -130,6 +130,8 @@ class SearchRequest(_Strict):
     group_size: StrictInt | None = Field(None, ge=1, le=100, description="with group_by: chunks per group (3)")
     rerank: StrictBool = Field(False, description="rerank with the server's cross-encoder (serve --rerank DIR)")
     rerank_depth: StrictInt | None = Field(None, ge=1, le=1000, description="with rerank: hits reranked (50)")
+    relevance: StrictBool = Field(False, description="also each hit's calibrated relevance in [0, 1], thresholdable "
+                                                     "(docs/relevance.md)")
 
     def stage_options(self, reranker: str | None) -> dict[str, Any]:
         """The library's page / grouping / rerank keywords of this request."""
@@ -137,8 +139,11 @@ class SearchRequest(_Strict):
             raise ConfigError("this server has no reranker: start it with hybridret serve --rerank DIR")
         if self.rerank_depth is not None and not self.rerank:
             raise ConfigError("rerank_depth goes with \"rerank\": true")
-        return {"offset": self.offset, "group_by": self.group_by, "group_size": self.group_size,
-                "rerank": reranker if self.rerank else None, "rerank_depth": self.rerank_depth}
+        out = {"offset": self.offset, "group_by": self.group_by, "group_size": self.group_size,
+               "rerank": reranker if self.rerank else None, "rerank_depth": self.rerank_depth}
+        if self.relevance:  # only when asked: a backend without relevance still serves the rest
+            out["relevance"] = True
+        return out
 
     @field_validator("method")
     @classmethod
@@ -186,6 +191,8 @@ class HitOut(BaseModel):
     matched_terms: list[MatchedTermOut] = []
     snippets: list[SnippetOut] = Field([], description="the best window of the text, matched words marked")
     group: Union[StrictStr, StrictInt, float, StrictBool, None] = Field(None, description="grouped: the hit's group")
+    relevance: float | None = Field(None, description="with \"relevance\": true: the calibrated probability that "
+                                                      "the hit is relevant, in [0, 1]")
 
 
 class GroupOut(BaseModel):
