@@ -334,15 +334,38 @@ def fit_calibration(feats: Mapping[str, np.ndarray], labels: np.ndarray, *, weig
 # Fitted by benchmarks/relevance.py (`python benchmarks/relevance.py --fit`) on every shared collection; the
 # held-out figures of each collection (fitted without it) are in docs/relevance.md.
 _DEFAULT = {
-    "models": [],
-    "encoder": None,
-    "fitted_on": {},
+    "models": [
+        {"features": ["dense"], "intercept": -2.276825, "weights": [3.726007]},
+        {"features": ["sparse"], "intercept": -1.673193, "weights": [2.95959]},
+        {"features": ["dense", "sparse"], "intercept": -2.669727, "weights": [2.854864, 1.9834]},
+        {"features": ["bm25"], "intercept": -1.471222, "weights": [4.910803]},
+        {"features": ["dense", "bm25"], "intercept": -2.82673, "weights": [2.980272, 4.377996]},
+        {"features": ["sparse", "bm25"], "intercept": -1.764834, "weights": [1.085659, 4.161423]},
+        {"features": ["dense", "sparse", "bm25"], "intercept": -2.834443, "weights": [2.963752, 0.055134, 4.344413]},
+    ],
+    "encoder": {
+        "dense": {
+            "fingerprint": "sha256:40cbefb951622326420b083f1aef2e0b74fcd267baffde04fd5e76c26e06a6b7",
+            "max_length": 256,
+            "model": "all-MiniLM-L6-v2",
+            "normalize": True,
+            "pooling": "mean",
+            "query_prefix": "",
+        },
+        "sparse": {
+            "fingerprint": "sha256:d0884bf9deafabafd89731683a0ee57ff6338b9db9f3256dac4768ed63bbddc1",
+            "max_length": 256,
+            "model": "splade-tiny",
+            "query_top_k": None,
+        },
+    },
+    "fitted_on": {
+        "collections": ["adi", "cisi", "cranfield", "medline", "limit-small"],
+        "hits": "hybrid top-10",
+        "script": "benchmarks/relevance.py",
+    },
 }
 
 
-def _default() -> Calibration:
-    return Calibration.from_dict(_DEFAULT) if _DEFAULT["models"] else Calibration({}, None, {})
-
-
-DEFAULT_CALIBRATION: Calibration = _default()
+DEFAULT_CALIBRATION: Calibration = Calibration.from_dict(_DEFAULT)
 """The shipped calibration for the packaged models (see docs/relevance.md for its data and figures)."""
