@@ -335,13 +335,13 @@ def fit_calibration(feats: Mapping[str, np.ndarray], labels: np.ndarray, *, weig
 # held-out figures of each collection (fitted without it) are in docs/relevance.md.
 _DEFAULT = {
     "models": [
-        {"features": ["dense"], "intercept": -2.276825, "weights": [3.726007]},
-        {"features": ["sparse"], "intercept": -1.673193, "weights": [2.95959]},
-        {"features": ["dense", "sparse"], "intercept": -2.669727, "weights": [2.854864, 1.9834]},
-        {"features": ["bm25"], "intercept": -1.471222, "weights": [4.910803]},
-        {"features": ["dense", "bm25"], "intercept": -2.82673, "weights": [2.980272, 4.377996]},
-        {"features": ["sparse", "bm25"], "intercept": -1.764834, "weights": [1.085659, 4.161423]},
-        {"features": ["dense", "sparse", "bm25"], "intercept": -2.834443, "weights": [2.963752, 0.055134, 4.344413]},
+        {"features": ["dense"], "intercept": -2.209436, "weights": [3.327366]},
+        {"features": ["sparse"], "intercept": -1.476747, "weights": [2.129264]},
+        {"features": ["dense", "sparse"], "intercept": -2.350733, "weights": [2.621704, 1.088146]},
+        {"features": ["bm25"], "intercept": -1.385698, "weights": [3.80159]},
+        {"features": ["dense", "bm25"], "intercept": -2.450784, "weights": [2.395536, 3.051461]},
+        {"features": ["sparse", "bm25"], "intercept": -1.545697, "weights": [0.586827, 3.320402]},
+        {"features": ["dense", "sparse", "bm25"], "intercept": -2.414355, "weights": [2.573852, -0.421748, 3.337448]},
     ],
     "encoder": {
         "dense": {
@@ -360,7 +360,7 @@ _DEFAULT = {
         },
     },
     "fitted_on": {
-        "collections": ["adi", "cisi", "cranfield", "medline", "limit-small"],
+        "collections": ["adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool"],
         "hits": "hybrid top-10",
         "script": "benchmarks/relevance.py",
     },
