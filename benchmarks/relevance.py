@@ -2,21 +2,26 @@
 
 For every shared collection (adi, cisi, cranfield, medline, limit-small; msmarco-dl19-pool as a
 uniform random subsample of ``--msmarco-docs`` passages, because encoding all 30k takes ~40 min on
-two cores): search every query with ``hybrid`` (and the single retrievers), take the top ``--k``,
-and label each hit relevant when the qrels give it a grade >= the collection's level (1; msmarco: 2,
-TREC DL's binary level). Hits not in the qrels count as non-relevant (these qrels list relevant
-documents only; msmarco's judged-0 passages are not in the file).
+two cores): search every judged query with ``hybrid`` and with each single retriever, take the top
+``--k``, and label each hit relevant when the qrels give it a grade >= the collection's level (1;
+msmarco: 2, TREC DL's binary level). Hits not in the qrels count as non-relevant (these qrels list
+relevant documents only; msmarco's judged-0 passages are not in the file).
 
 Held out: each collection's relevance comes from a calibration fitted on the *other* collections
-(leave one collection out, collections weighted equally). Reported per collection: pooled ROC-AUC
-of ``relevance`` vs the raw fused score vs the fused score min-max normalised per query (the usual
-ad-hoc fix), precision / recall of ``relevance >= t`` for t = 0.3 / 0.5 / 0.7 (recall among the
-relevant hits of the top ``k``), and calibration (mean relevance vs fraction relevant per bin, ECE).
+(leave one collection out, collections weighted equally), with the library's own fitting
+(:func:`hybridret.calibrate.fit_calibration`) and search path (``search(..., relevance=cal)``).
+Reported per collection and method: pooled ROC-AUC of ``relevance`` vs the raw fused score vs the
+fused score min-max normalised per query (the usual ad-hoc fix), precision / recall of
+``relevance >= t`` for t = 0.3 / 0.5 / 0.7 (recall among the relevant hits of the top ``k``), and
+calibration (mean relevance vs fraction relevant per bin, ECE).
 
-``--fit`` prints the calibration fitted on all collections (what hybridret/relevance.py ships).
+``--candidates`` first compares, on the same hits and protocol, the designs of the model's inputs
+that were tried (docs/relevance.md says why the shipped one was chosen). ``--in-domain`` also fits
+``hybridret calibrate`` on half of each collection's queries and tests it on the other half (both
+ways, pooled), next to the held-out calibration on the same hits. ``--fit`` prints the calibration
+fitted on all collections (what hybridret/relevance.py ships).
 
-    python benchmarks/relevance.py                  # table + benchmarks/results/relevance.json
-    python benchmarks/relevance.py --fit            # also the shipped constants (JSON)
+    python benchmarks/relevance.py --candidates --in-domain --fit   # tables + benchmarks/results/relevance.json
 """
 
 from __future__ import annotations
@@ -35,20 +40,16 @@ from _common import RESULTS, ROOT, SHARED, machine, table, write_json
 from scipy.stats import rankdata
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries
-from hybridret.relevance import (
-    FEATURES,
-    Calibration,
-    bm25_bounds,
-    encoder_identity,
-    features_of,
-    fit_calibration,
-    sparse_self_scores,
-)
+from hybridret.calibrate import Judged, calibrate, fit_calibration, fit_logistic, judged_hits
+from hybridret.relevance import FEATURES, Calibration, encoder_identity
 
 COLLECTIONS = ("adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool")
+METHODS = ("hybrid", "dense", "sparse", "bm25")
 LEVEL = {"msmarco-dl19-pool": 2}
 THRESHOLDS = (0.3, 0.5, 0.7)
 BINS = np.linspace(0.0, 1.0, 11)
+CANDIDATES = ("abs", "abs+top", "abs+minmax", "abs+log_rank", "abs+top+log_rank", "score", "abs+score",
+              "abs+score+log_rank", "abs+top+score", "abs+fused_dense", "abs+fused_dense+log_rank")
 
 
 def index_of(name: str, msmarco_docs: int) -> HybridRetriever:
@@ -68,28 +69,14 @@ def index_of(name: str, msmarco_docs: int) -> HybridRetriever:
     return HybridRetriever.load(out)
 
 
-def judged_hits(r: HybridRetriever, name: str, k: int, method: str) -> dict[str, Any]:
-    """Every query's top ``k`` of ``method``: scores, features and labels (flat, with query numbers)."""
+def judgments(name: str) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
     folder = SHARED / name
     queries = load_queries(folder / "queries.jsonl")
     qrels = load_qrels(folder / "qrels" / "test.tsv")
-    qids = [q for q in queries if q in qrels]
-    texts = [queries[q] for q in qids]
-    level = LEVEL.get(name, 1)
-    hits = r.search(texts, k, method=method, candidates=max(100, k))
-    snap = r.searcher.snapshot
-    n = len(texts)
-    scales = {"sparse": sparse_self_scores(hits.query_sparse, n) if hits.query_sparse is not None else np.zeros(n),
-              "bm25": bm25_bounds(snap, texts) if "bm25" in hits.components else np.zeros(n)}
-    feats = features_of(hits.components, scales)
-    valid = hits.rows >= 0
-    labels = np.array([[qrels[q].get(str(d), 0) >= level for d in row] for q, row in zip(qids, hits.ids)])
-    qnum = np.repeat(np.arange(n)[:, None], hits.rows.shape[1], axis=1)
-    return {"queries": texts, "scores": hits.scores, "components": hits.components, "scales": scales,
-            "feats": {f: v[valid] for f, v in feats.items()}, "labels": labels[valid], "valid": valid,
-            "label_grid": labels, "query": qnum[valid], "hits": hits}
+    return {q: t for q, t in queries.items() if qrels.get(q)}, qrels
 
 
+# -- metrics -------------------------------------------------------------------------------------------
 def auc(score: np.ndarray, y: np.ndarray) -> float | None:
     """ROC-AUC (Mann-Whitney, ties counted half)."""
     pos, neg = int(y.sum()), int((~y).sum())
@@ -99,15 +86,20 @@ def auc(score: np.ndarray, y: np.ndarray) -> float | None:
     return float((ranks[y].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
-def minmax(scores: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    s = np.where(valid, scores, np.nan).astype(np.float64)
-    lo, hi = np.nanmin(s, axis=1, keepdims=True), np.nanmax(s, axis=1, keepdims=True)
-    return np.where(hi > lo, (s - lo) / np.where(hi > lo, hi - lo, 1.0), 1.0)
+def per_query_minmax(score: np.ndarray, query: np.ndarray) -> np.ndarray:
+    out = np.ones(len(score))
+    for q in np.unique(query):
+        m = query == q
+        lo, hi = score[m].min(), score[m].max()
+        if hi > lo:
+            out[m] = (score[m] - lo) / (hi - lo)
+    return out
 
 
-def evaluate(rel: np.ndarray, y: np.ndarray, fused: np.ndarray, mm: np.ndarray) -> dict[str, Any]:
+def evaluate(rel: np.ndarray, y: np.ndarray, fused: np.ndarray, query: np.ndarray) -> dict[str, Any]:
     out: dict[str, Any] = {"hits": int(len(y)), "relevant": int(y.sum()), "base_rate": float(y.mean()),
-                           "auc_relevance": auc(rel, y), "auc_fused": auc(fused, y), "auc_minmax": auc(mm, y)}
+                           "auc_relevance": auc(rel, y), "auc_fused": auc(fused, y),
+                           "auc_minmax": auc(per_query_minmax(fused, query), y)}
     for t in THRESHOLDS:
         keep = rel >= t
         out[f"p@{t}"] = float(y[keep].mean()) if keep.any() else None
@@ -125,22 +117,122 @@ def evaluate(rel: np.ndarray, y: np.ndarray, fused: np.ndarray, mm: np.ndarray) 
     return out
 
 
-def fit_on(data: dict[str, dict[str, Any]], names: list[str], encoder: Any) -> Calibration:
-    """A calibration fitted on the hits of ``names``, each collection weighing the same."""
-    feats = {f: np.concatenate([data[n]["feats"][f] for n in names]) for f in FEATURES}
-    y = np.concatenate([data[n]["labels"] for n in names])
-    w = np.concatenate([np.full(len(data[n]["labels"]), 1.0 / len(data[n]["labels"])) for n in names])
-    return fit_calibration(feats, y, weights=w, encoder=encoder,
-                           fitted_on={"collections": names, "hits": "hybrid top-%d" % data[names[0]]["k"],
-                                      "script": "benchmarks/relevance.py"})
+def searched(r: HybridRetriever, name: str, k: int, method: str, cal: Calibration,
+             qids: list[str] | None = None) -> dict[str, np.ndarray]:
+    """The relevance the library gives (``search(..., relevance=cal)``), flat, with labels, scores and query numbers."""
+    queries, qrels = judgments(name)
+    qids = qids if qids is not None else list(queries)
+    hits = r.search([queries[q] for q in qids], k, method=method, candidates=max(100, k), relevance=cal)
+    valid = hits.rows >= 0
+    level = LEVEL.get(name, 1)
+    labels = np.array([[qrels[q].get(str(d), 0) >= level for d in row] for q, row in zip(qids, hits.ids)], dtype=bool)
+    qnum = np.broadcast_to(np.arange(len(qids))[:, None], valid.shape)
+    return {"rel": hits.relevance[valid], "y": labels[valid], "score": hits.scores[valid].astype(np.float64),
+            "query": qnum[valid]}
+
+
+# -- the candidate designs (numpy, on the judged hits; the shipped one also runs through the library) ---------
+def design(d: Judged, kind: str, names: list[str]) -> np.ndarray:
+    """The inputs of a candidate design: ``abs`` = the retrievers' features; ``top`` = the query's
+    top hit's features (the query's "answerability"); ``minmax`` = the method's score min-max
+    normalised within the list; ``log_rank``; ``score`` = the method's own score; ``fused_dense``
+    = that score times the dense cosine (clipped at 0)."""
+    parts = kind.split("+")
+    cols: list[np.ndarray] = []
+    top = np.zeros(len(d.labels), dtype=int)
+    for q in np.unique(d.query):
+        idx = np.flatnonzero(d.query == q)
+        top[idx] = idx[np.argmin(d.features["log_rank"][idx])]
+    for f in names:
+        if "abs" in parts:
+            cols.append(d.features[f])
+        if "top" in parts:
+            cols.append(d.features[f][top])
+    if "minmax" in parts:
+        cols.append(per_query_minmax(d.features["score"], d.query))
+    for extra in ("log_rank", "score", "fused_dense"):
+        if extra in parts:
+            cols.append(d.features[extra])
+    return np.stack(cols, axis=1)
+
+
+def pav(score: np.ndarray, prob: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``prob`` made non-increasing in ``score`` within each query (the library's isotonic step)."""
+    from hybridret.relevance import monotone
+
+    out = np.empty(len(prob))
+    for q in np.unique(query):
+        m = np.flatnonzero(query == q)
+        out[m] = monotone(score[m][None], prob[m][None])[0]
+    return out
+
+
+def candidate_rows(data: dict[str, dict[str, Judged]], names: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    rows, results = [], {}
+    specs = [("hybrid", kind, "hybrid") for kind in CANDIDATES] + \
+            [(m, kind, fit) for m in FEATURES for kind, fit in (("abs", "hybrid"), ("abs", m), ("abs+log_rank", m))]
+    for method, kind, fit in specs:
+        label = f"{kind} (fit on {fit} lists)" if method != "hybrid" else kind
+        res = {}
+        for n in names:
+            feats = [f for f in FEATURES if f in data[n][method].features]
+            train = Judged.pooled([data[o][fit] for o in names if o != n])
+            b0, w = fit_logistic(design(train, kind, feats), train.labels, weights=train.weights)
+            d = data[n][method]
+            p = 1.0 / (1.0 + np.exp(-(b0 + design(d, kind, feats) @ w)))
+            res[n] = evaluate(pav(d.features["score"], p, d.query), d.labels, d.features["score"], d.query)
+        results[f"{method}: {label}"] = res
+        rows.append({"method": method, "design": label,
+                     **{n: f"{res[n]['auc_relevance']:.3f} / {res[n]['ece']:.3f}" for n in names},
+                     "mean AUC": float(np.mean([res[n]["auc_relevance"] for n in names])),
+                     "mean ECE": float(np.mean([res[n]["ece"] for n in names]))})
+    return rows, results
+
+
+# -- run -----------------------------------------------------------------------------------------------
+def fit_on(data: dict[str, dict[str, Judged]], names: list[str], encoder: Any) -> Calibration:
+    """A calibration fitted on the judged hits of ``names``, each collection weighing the same."""
+    return fit_calibration(Judged.pooled([data[n]["hybrid"] for n in names]),
+                           {f: Judged.pooled([data[n][f] for n in names]) for f in FEATURES}, encoder=encoder,
+                           fitted_on={"collections": names, "hits": f"top-{data[names[0]]['k']} of hybrid and of each "
+                                      "retriever", "script": "benchmarks/relevance.py"})
+
+
+def in_domain(retrievers: dict[str, HybridRetriever], data: dict[str, dict[str, Judged]], names: list[str], k: int,
+              encoder: Any, seed: int = 0) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``hybridret calibrate`` on half of a collection's queries, tested on the other half (both
+    ways, pooled), next to the held-out calibration on the same hits (``hybrid``)."""
+    rows, results = [], {}
+    for n in names:
+        queries, qrels = judgments(n)
+        qids = list(queries)
+        random.Random(seed).shuffle(qids)
+        halves = [qids[: len(qids) // 2], qids[len(qids) // 2:]]
+        loco = fit_on(data, [m for m in names if m != n], encoder)
+        got: dict[str, list[dict[str, np.ndarray]]] = {"held out": [], "in-domain": []}
+        for fit_half, test_half in (halves, halves[::-1]):
+            cal = calibrate(retrievers[n], {q: queries[q] for q in fit_half}, qrels, k=k, level=LEVEL.get(n, 1))
+            got["in-domain"].append(searched(retrievers[n], n, k, "hybrid", cal, test_half))
+            got["held out"].append(searched(retrievers[n], n, k, "hybrid", loco, test_half))
+        results[n] = {}
+        for label, parts in got.items():
+            flat = {key: np.concatenate([p[key] for p in parts]) for key in ("rel", "y", "score")}
+            flat["query"] = np.concatenate([p["query"] + i * len(queries) for i, p in enumerate(parts)])
+            res = evaluate(flat["rel"], flat["y"], flat["score"], flat["query"])
+            results[n][label] = res
+            rows.append({"collection": n, "calibration": label, "AUC relevance": res["auc_relevance"],
+                         **{f"P/R @{t}": f"{_f(res[f'p@{t}'])} / {_f(res[f'r@{t}'])}" for t in THRESHOLDS},
+                         "ECE": res["ece"]})
+    return rows, results
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
     ap.add_argument("--k", type=int, default=10, help="hits per query evaluated (and fitted on)")
-    ap.add_argument("--methods", nargs="+", default=["hybrid", "dense", "sparse", "bm25"])
     ap.add_argument("--msmarco-docs", type=int, default=6000, help="msmarco-dl19-pool: passages sampled (of 30,005)")
+    ap.add_argument("--candidates", action="store_true", help="compare the candidate designs of the inputs first")
+    ap.add_argument("--in-domain", action="store_true", help="also hybridret calibrate on half of each collection")
     ap.add_argument("--fit", action="store_true", help="print the calibration fitted on all collections")
     ap.add_argument("--out", type=Path, default=RESULTS / "relevance.json")
     args = ap.parse_args(argv)
@@ -151,22 +243,26 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     retrievers = {n: index_of(n, args.msmarco_docs) for n in names}
     encoder = encoder_identity(retrievers[names[0]].searcher.snapshot.manifest.get("encoder"))
-    data = {}
+    data: dict[str, dict[str, Any]] = {}
     for n in names:
-        data[n] = judged_hits(retrievers[n], n, args.k, "hybrid")
+        queries, qrels = judgments(n)
+        data[n] = {m: judged_hits(retrievers[n].searcher, queries, qrels, k=args.k, method=m, level=LEVEL.get(n, 1),
+                                  candidates=max(100, args.k)) for m in METHODS}
         data[n]["k"] = args.k
+    out: dict[str, Any] = {"k": args.k, "collections": names, "msmarco_docs": args.msmarco_docs, "machine": machine()}
+    if args.candidates:
+        rows, out["candidates"] = candidate_rows(data, names)
+        print(f"candidate designs, held out (AUC / ECE per collection), top-{args.k}:\n")
+        print(table(rows, ["method", "design", *names, "mean AUC", "mean ECE"]))
+        print()
     rows, results = [], {}
     for n in names:
         cal = fit_on(data, [m for m in names if m != n], encoder)
         results[n] = {}
-        for method in args.methods:
-            d = data[n] if method == "hybrid" else judged_hits(retrievers[n], n, args.k, method)
-            hits = retrievers[n].search(d["queries"], args.k, method=method, candidates=max(100, args.k),
-                                        relevance=cal)
-            valid = d["valid"]
-            rel, y = hits.relevance[valid], d["label_grid"][valid]
-            res = evaluate(rel, y, d["scores"][valid], minmax(d["scores"], valid)[valid])
-            res["queries"] = len(d["queries"])
+        for method in METHODS:
+            s = searched(retrievers[n], n, args.k, method, cal)
+            res = evaluate(s["rel"], s["y"], s["score"], s["query"])
+            res["queries"] = int(s["query"].max()) + 1
             results[n][method] = res
             rows.append({"collection": n, "method": method, "queries": res["queries"], "hits": res["hits"],
                          "rel. rate": res["base_rate"], "AUC relevance": res["auc_relevance"],
@@ -175,11 +271,14 @@ def main(argv: list[str] | None = None) -> int:
                          "ECE": res["ece"]})
     cols = ["collection", "method", "queries", "hits", "rel. rate", "AUC relevance", "AUC fused", "AUC min-max",
             *[f"P/R @{t}" for t in THRESHOLDS], "ECE"]
-    print(f"held out (calibration fitted on the other collections), top-{args.k}:\n")
+    print(f"shipped design, held out (calibration fitted on the other collections), top-{args.k}:\n")
     print(table(rows, cols))
-    pooled = {n: results[n]["hybrid"]["bins"] for n in names}
-    out: dict[str, Any] = {"k": args.k, "collections": names, "msmarco_docs": args.msmarco_docs,
-                           "results": results, "calibration_bins": pooled, "machine": machine()}
+    out["results"] = results
+    out["calibration_bins"] = {n: results[n]["hybrid"]["bins"] for n in names}
+    if args.in_domain:
+        rows, out["in_domain"] = in_domain(retrievers, data, names, args.k, encoder)
+        print(f"\nhybridret calibrate on half the queries vs held out, tested on the other half (both ways), top-{args.k}:\n")
+        print(table(rows, ["collection", "calibration", "AUC relevance", *[f"P/R @{t}" for t in THRESHOLDS], "ECE"]))
     if args.fit:
         final = fit_on(data, names, encoder)
         out["calibration"] = final.to_dict()

@@ -36,7 +36,7 @@ from .hybrid import FusionConfig
 from .index.expiry import Clock, check_clock
 from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
-from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
+from .plan import PlanResult, SearchPlan, SnapshotSource, default_fusion, plan_search, run_plan, runnable
 from .relevance import Calibration, check_relevance, search_relevance
 from .rerank import Reranker, check_rerank, load_reranker
 from .retrievers import BUILTIN, REGISTRY, QueryBatch
@@ -397,18 +397,24 @@ class Searcher:
         offset, group, rerank_depth = check_stages(offset, group_by, group_size, rerank, rerank_depth)
         threads = check_threads(threads) if threads is not None else self.threads
         reranker = self.reranker(rerank) if rerank is not None else None
-        snap = self.current()  # one snapshot for the whole call, expired documents masked
-        plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
-                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
-                           num_docs=snap.num_docs, offset=offset, group=group, rerank=reranker,
-                           rerank_depth=rerank_depth)
-        res = run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
-        rel = search_relevance(relevance, snap, texts, res) if relevance is not False else None
+        snap, plan, res = self._run(texts, k, method, filt, fusion, candidates, threads, offset=offset, group=group,
+                                    rerank=reranker, rerank_depth=rerank_depth)
+        rel = search_relevance(relevance, snap, plan, res) if relevance is not False else None
         return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
                     components=res.components, query_sparse=res.query_sparse, offset=offset,
                     group_by=group.field if group else None, group_size=group.size if group else 0,
                     group_keys=key_values(res.group_keys), group_scores=res.group_scores, relevance=rel,
                     _source=HitSource(snap, self._encoder, self._matcher))
+
+    def _run(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any, candidates: int | None,
+             threads: int, **stages: Any) -> tuple[Snapshot, SearchPlan, PlanResult]:
+        """Plan and run a checked search on one snapshot (expired documents masked): what
+        :meth:`search` returns the hits of, and :mod:`hybridret.calibrate` fits on."""
+        snap = self.current()
+        plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
+                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
+                           num_docs=snap.num_docs, **stages)
+        return snap, plan, run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
 
     def reranker(self, rerank: Reranker | str | Path) -> Reranker:
         """``rerank`` as a :class:`~hybridret.rerank.Reranker`: a cross-encoder folder is loaded

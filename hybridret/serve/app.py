@@ -39,7 +39,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -191,8 +202,16 @@ class HitOut(BaseModel):
     matched_terms: list[MatchedTermOut] = []
     snippets: list[SnippetOut] = Field([], description="the best window of the text, matched words marked")
     group: Union[StrictStr, StrictInt, float, StrictBool, None] = Field(None, description="grouped: the hit's group")
-    relevance: float | None = Field(None, description="with \"relevance\": true: the calibrated probability that "
-                                                      "the hit is relevant, in [0, 1]")
+    relevance: float | None = Field(None, description="only with \"relevance\": true: the calibrated probability "
+                                                      "that the hit is relevant, in [0, 1]")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_relevance(self, handler: SerializerFunctionWrapHandler):  # no return type: keeps the schema
+        """A hit of a search that did not ask for relevance has no ``"relevance"`` key (not ``null``)."""
+        out = handler(self)
+        if out.get("relevance") is None:
+            out.pop("relevance", None)
+        return out
 
 
 class GroupOut(BaseModel):
