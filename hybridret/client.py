@@ -77,7 +77,8 @@ class RemoteHits:
     """Search results from a server, shaped like :class:`~hybridret.types.Hits`: ``ids`` (object
     array, ``""`` padding) and ``scores`` (``-inf`` padding) of shape ``(nq, k)``,
     ``components`` (per-retriever scores: ``-inf`` padding, NaN for a hit that retriever did not
-    score) and ``hits[i]`` -> list of :class:`Hit`."""
+    score), ``relevance`` (``search(..., relevance=True)``: ``(nq, k)``, NaN padding; else
+    ``None``) and ``hits[i]`` -> list of :class:`Hit`."""
 
     queries: list[str]
     method: str
@@ -90,6 +91,7 @@ class RemoteHits:
     group_keys: np.ndarray | None = None  # grouped: (nq, k) group keys (None padding)
     group_scores: np.ndarray | None = None  # grouped: (nq, k) group scores (-inf padding)
     _groups: list[list[Group]] | None = field(default=None, repr=False)
+    relevance: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self._views)
@@ -135,6 +137,8 @@ class RemoteHits:
                         arr[i, j] = np.nan
         out = cls(queries=[r["query"] for r in results], method=data.get("resolved", data.get("method", "")),
                   ids=ids, scores=scores, components=comps, _views=views, offset=offset)
+        if any(h.relevance is not None for view in views for h in view):
+            out.relevance = _relevance_grid(views, (n, k), [list(range(len(v))) for v in views])
         if grouped:
             out._place_groups(results, groups_k, max(group_size, 1))
         return out
@@ -148,8 +152,10 @@ class RemoteHits:
         ids, scores = np.full(self.ids.shape, "", dtype=object), np.full(self.scores.shape, -np.inf, np.float32)
         comps = {name: np.full(v.shape, -np.inf, np.float32) for name, v in self.components.items()}
         self._groups = []
+        columns: list[list[int]] = []
         for i, res in enumerate(results):
             view, at, groups = self._views[i], 0, []
+            columns.append([])
             for j, gr in enumerate((res.get("groups") or [])[:k]):
                 size = int(gr["size"])
                 hits = view[at:at + size]
@@ -157,12 +163,25 @@ class RemoteHits:
                 groups.append(Group(key=gr["key"], rank=int(gr["rank"]), score=score, hits=hits))
                 self.group_keys[i, j], self.group_scores[i, j] = gr["key"], score
                 for c, h in enumerate(hits[:g]):
+                    columns[i].append(j * g + c)
                     ids[i, j * g + c], scores[i, j * g + c] = h.id, h.score
                     for name, arr in comps.items():
                         arr[i, j * g + c] = h.scores.get(name, np.nan)
                 at += size
             self._groups.append(groups)
         self.ids, self.scores, self.components = ids, scores, comps
+        if self.relevance is not None:
+            self.relevance = _relevance_grid(self._views, ids.shape, columns)
+
+
+def _relevance_grid(views: list[list[Hit]], shape: tuple[int, ...], columns: list[list[int]]) -> np.ndarray:
+    """The hits' relevance placed at their columns (NaN padding)."""
+    out = np.full(shape, np.nan, dtype=np.float64)
+    for i, (view, cols) in enumerate(zip(views, columns)):
+        for h, j in zip(view, cols):
+            if h.relevance is not None:
+                out[i, j] = h.relevance
+    return out
 
 
 def _hit(h: Mapping[str, Any]) -> Hit:
@@ -176,7 +195,8 @@ def _hit(h: Mapping[str, Any]) -> Hit:
                snippets=[Snippet(text=x["text"], start=int(x["start"]), end=int(x["end"]),
                                  highlights=tuple((int(a), int(b)) for a, b in x.get("highlights") or ()))
                          for x in h.get("snippets") or []],
-               group=h.get("group"))
+               group=h.get("group"),
+               relevance=None if h.get("relevance") is None else float(h["relevance"]))
 
 
 class Client:
@@ -264,14 +284,15 @@ class Client:
                filter: Filter | Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
                candidates: int | None = None, with_text: bool = True, offset: int = 0,
                group_by: str | None = None, group_size: int | None = None, rerank: bool = False,
-               rerank_depth: int | None = None) -> RemoteHits:
+               rerank_depth: int | None = None, relevance: bool = False) -> RemoteHits:
         """As :meth:`Searcher.search` (the :class:`~hybridret.types.SearchBackend` signature, plus
         ``with_text``): ``(len(queries), k)`` results, run on the server. The arguments are checked
         as :meth:`Searcher.search` checks them (the method name by the server, which knows its
         retrievers). ``offset``, ``group_by`` / ``group_size`` as in the library (grouped:
         ``hits.groups(i)``, arrays ``(nq, k * group_size)``); ``rerank=True`` reranks with the
         cross-encoder the server was started with (``hybridret serve --rerank DIR``),
-        ``rerank_depth`` hits deep."""
+        ``rerank_depth`` hits deep; ``relevance=True``: each hit's calibrated relevance in [0, 1]
+        (``hits.relevance``, ``Hit.relevance``), computed by the server."""
         from .searcher import check_k, check_queries
 
         texts = check_queries(queries)
@@ -299,6 +320,10 @@ class Client:
             body["rerank"] = True
         if rerank_depth is not None:
             body["rerank_depth"] = rerank_depth
+        from .relevance import check_relevance
+
+        if check_relevance(relevance):
+            body["relevance"] = True
         keep = [i for i, t in enumerate(texts) if t.strip()]  # blank queries get no hits, as in a Searcher
         if len(keep) == 1 and isinstance(queries, str):
             body["query"] = queries
@@ -323,8 +348,11 @@ class Client:
         data = {**data, "results": [next(found) if i in searched else {"query": t, "hits": []}
                                     for i, t in enumerate(texts)]}
         size = group_size if group_size is not None else DEFAULT_GROUP_SIZE
-        return RemoteHits.from_response(data, min(k, int(data.get("k", k))), group_size=size if group_by is not None else 0,
-                                        offset=offset)
+        out = RemoteHits.from_response(data, min(k, int(data.get("k", k))), group_size=size if group_by is not None else 0,
+                                       offset=offset)
+        if relevance and out.relevance is None:  # asked for, no hits: all padding, as in Hits
+            out.relevance = np.full(out.ids.shape, np.nan)
+        return out
 
     def health(self) -> dict[str, Any]:
         return self._request("GET", "/health")

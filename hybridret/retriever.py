@@ -291,6 +291,20 @@ class HybridRetriever:
                              "fusion_tuned_on": dict(tuned_on) if tuned_on else None})
             self._after_write(w)
 
+    def set_relevance(self, calibration: Any) -> None:
+        """Store (or with ``None`` clear) the relevance calibration (:func:`hybridret.calibrate.calibrate`)
+        that ``search(..., relevance=True)`` uses for this index, before the shipped one."""
+        from .relevance import Calibration
+
+        if calibration is not None and not isinstance(calibration, Calibration):
+            raise ConfigError(f"set_relevance takes a hybridret.relevance.Calibration or None, got "
+                              f"{type(calibration).__name__}")
+        if self._root is None:
+            raise ConfigError("the retriever has no index yet")
+        with self._writer(self._root, expect=self._expect()) as w:
+            w.commit_fields({"relevance": calibration.to_dict() if calibration is not None else None})
+            self._after_write(w)
+
     # -- persistence ----------------------------------------------------------------------------
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
         """Write the index to ``path`` (hard links where the filesystem allows). The previous index
@@ -431,14 +445,16 @@ class HybridRetriever:
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
                threads: int | None = None, offset: int = 0, group_by: str | None = None,
-               group_size: int | None = None, rerank: Any = None, rerank_depth: int | None = None) -> Hits:
+               group_size: int | None = None, rerank: Any = None, rerank_depth: int | None = None,
+               relevance: Any = False) -> Hits:
         """See :meth:`Searcher.search` (``threads``: this call's thread budget, ``None``: every core;
-        ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``: pages, groups, reranking)."""
+        ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``: pages, groups, reranking;
+        ``relevance=True``: each hit's calibrated relevance in [0, 1], :mod:`hybridret.relevance`)."""
         if self._searcher is None:
             raise ConfigError("the retriever has no index yet: call index() or load()")
         return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
                                      threads=threads, offset=offset, group_by=group_by, group_size=group_size,
-                                     rerank=rerank, rerank_depth=rerank_depth)
+                                     rerank=rerank, rerank_depth=rerank_depth, relevance=relevance)
 
 
 def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:

@@ -36,7 +36,8 @@ from .hybrid import FusionConfig
 from .index.expiry import Clock, check_clock
 from .index.snapshot import Snapshot, open_snapshot
 from .methods import check_method, method_names
-from .plan import SnapshotSource, default_fusion, plan_search, run_plan, runnable
+from .plan import PlanResult, SearchPlan, SnapshotSource, default_fusion, plan_search, run_plan, runnable
+from .relevance import Calibration, check_relevance, search_relevance
 from .rerank import Reranker, check_rerank, load_reranker
 from .retrievers import BUILTIN, REGISTRY, QueryBatch
 from .retrievers.base import check_threads
@@ -176,7 +177,8 @@ class HitSource:
             out.append(Hit(id=str(hits.ids[i, j]), rank=j + 1, score=float(hits.scores[i, j]),
                            scores={name: float(v[i, j]) for name, v in hits.components.items()},
                            title=title, text=text, matched_terms=matched, metadata=meta,
-                           snippets=hit_snippets(hits.queries[i], text, matched, self.matcher)))
+                           snippets=hit_snippets(hits.queries[i], text, matched, self.matcher),
+                           relevance=float(hits.relevance[i, j]) if hits.relevance is not None else None))
         return out
 
     def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
@@ -380,7 +382,7 @@ class Searcher:
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
                threads: int | None = None, offset: int = 0, group_by: str | None = None,
                group_size: int | None = None, rerank: Reranker | str | Path | None = None,
-               rerank_depth: int | None = None) -> Hits:
+               rerank_depth: int | None = None, relevance: bool | Calibration = False) -> Hits:
         """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
         query refined towards the learned-sparse + BM25 scores of the candidates, each guide weighted
         per query by its top-10 agreement with the other retrievers), one retriever
@@ -401,22 +403,34 @@ class Searcher:
         :mod:`hybridret.grouping`: exact for single retrievers). ``rerank``: a
         :class:`~hybridret.rerank.Reranker` or a local cross-encoder folder scoring the first
         stage's top ``rerank_depth`` (default 50); the hits follow its score (see
-        :mod:`hybridret.stages`)."""
+        :mod:`hybridret.stages`). ``relevance=True``: also each hit's calibrated relevance in
+        [0, 1] (``Hits.relevance``, ``Hit.relevance``; :mod:`hybridret.relevance`, docs/relevance.md),
+        from the calibration stored in the index or the shipped one of the packaged models; a
+        :class:`~hybridret.relevance.Calibration` uses that one."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
+        if not isinstance(relevance, Calibration):
+            check_relevance(relevance)
         offset, group, rerank_depth = check_stages(offset, group_by, group_size, rerank, rerank_depth)
         threads = check_threads(threads) if threads is not None else self.threads
         reranker = self.reranker(rerank) if rerank is not None else None
-        snap = self.current()  # one snapshot for the whole call, expired documents masked
-        plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
-                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
-                           num_docs=snap.num_docs, offset=offset, group=group, rerank=reranker,
-                           rerank_depth=rerank_depth)
-        res = run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
+        snap, plan, res = self._run(texts, k, method, filt, fusion, candidates, threads, offset=offset, group=group,
+                                    rerank=reranker, rerank_depth=rerank_depth)
+        rel = search_relevance(relevance, snap, plan, res) if relevance is not False else None
         return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
                     components=res.components, query_sparse=res.query_sparse, offset=offset,
                     group_by=group.field if group else None, group_size=group.size if group else 0,
-                    group_keys=key_values(res.group_keys), group_scores=res.group_scores,
+                    group_keys=key_values(res.group_keys), group_scores=res.group_scores, relevance=rel,
                     _source=HitSource(snap, self._encoder, self._matcher))
+
+    def _run(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any, candidates: int | None,
+             threads: int, **stages: Any) -> tuple[Snapshot, SearchPlan, PlanResult]:
+        """Plan and run a checked search on one snapshot (expired documents masked): what
+        :meth:`search` returns the hits of, and :mod:`hybridret.calibrate` fits on."""
+        snap = self.current()
+        plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
+                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
+                           num_docs=snap.num_docs, **stages)
+        return snap, plan, run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
 
     def reranker(self, rerank: Reranker | str | Path) -> Reranker:
         """``rerank`` as a :class:`~hybridret.rerank.Reranker`: a cross-encoder folder is loaded

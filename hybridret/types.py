@@ -65,7 +65,9 @@ class Hit:
     reranker's, when one ran). ``snippets``: the best window(s) of the text with the matched words'
     spans (:class:`~hybridret.snippets.Snippet`). In grouped results ``group`` is the key of the
     hit's group (the value of the ``group_by`` field, or the id of a document without it) and
-    ``rank`` is its group's rank; otherwise ``rank`` counts from ``offset + 1``."""
+    ``rank`` is its group's rank; otherwise ``rank`` counts from ``offset + 1``. ``relevance``: the
+    calibrated probability that the hit is relevant, in [0, 1] (``search(..., relevance=True)``,
+    see :mod:`hybridret.relevance`), else ``None``."""
 
     id: str
     rank: int
@@ -77,11 +79,15 @@ class Hit:
     metadata: dict[str, Any] = field(default_factory=dict)
     snippets: list[Snippet] = field(default_factory=list)
     group: Any = None
+    relevance: float | None = None
 
     def to_dict(self, *, with_text: bool = True) -> dict[str, Any]:
-        """JSON-ready: scores that are absent for this hit (NaN) are left out, never written as NaN."""
+        """JSON-ready: scores that are absent for this hit (NaN) are left out, never written as NaN;
+        ``"relevance"`` only when it was asked for."""
         out: dict[str, Any] = {"id": self.id, "rank": self.rank, "score": _finite(self.score),
                                "scores": {k: v for k, v in self.scores.items() if v == v}}
+        if self.relevance is not None:
+            out["relevance"] = _finite(self.relevance)
         if with_text:
             out["title"] = self.title
             out["text"] = self.text
@@ -152,6 +158,7 @@ class Hits:
     group_size: int = 0
     group_keys: np.ndarray | None = None
     group_scores: np.ndarray | None = None
+    relevance: np.ndarray | None = None
     _source: Any = field(default=None, repr=False)  # HitSource: the snapshot + encoder behind hit views
     _views: list[list[Hit]] | None = field(default=None, repr=False)
 

@@ -205,8 +205,8 @@ def test_langchain_vectorstore_living_index(searcher):
         HybridRetVectorStore.from_texts(["x"], embedding=object())
     with pytest.raises(NotImplementedError, match="by text"):
         store.similarity_search_by_vector([0.1, 0.2])
-    with pytest.raises(NotImplementedError, match="not bounded"):
-        store.similarity_search_with_relevance_scores("x")
+    pairs = store.similarity_search_with_relevance_scores("octopus hearts", k=2)  # calibrated: tests/test_relevance.py
+    assert pairs[0][0].id == "lc-4" and 0 <= pairs[1][1] <= pairs[0][1] <= 1
     with pytest.raises(NotImplementedError, match="document vectors"):
         store.max_marginal_relevance_search("x")
     read_only = HybridRetVectorStore(searcher)

@@ -219,6 +219,18 @@ def test_gqr_research_is_refused_on_shards(searchers):
         searchers[2].search(QUERIES, k=5, method="gqr", fusion={"method": "gqr", "gqr": {"final": "research"}})
 
 
+def test_relevance_is_refused_on_shards_with_a_clear_error(searchers):
+    """A sharded index has no calibrated relevance yet (docs/relevance.md): asked for, it is a
+    ConfigError naming the limitation, before any shard is searched; a bad value is still named."""
+    from hybridret.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="relevance=True is not supported on a sharded index"):
+        searchers[2].search(QUERIES, k=5, relevance=True)
+    with pytest.raises(ConfigError, match="relevance must be true or false"):
+        searchers[2].search(QUERIES, k=5, relevance="yes")
+    assert searchers[2].search(QUERIES[:2], k=5, relevance=False).relevance is None
+
+
 def test_hit_views_and_get(searchers, local_index):
     one = local_index.search("orchestra concert piano", k=3, method="rrf")[0]
     many = searchers[2].search("orchestra concert piano", k=3, method="rrf")[0]
@@ -455,7 +467,7 @@ def test_serve_sharded_index_over_http(ray_cluster, work, local_index, paired_en
     pytest.importorskip("fastapi")
     httpx = pytest.importorskip("httpx")
     from hybridret.client import AuthenticationError, Client
-    from hybridret.errors import DocumentNotFoundError
+    from hybridret.errors import ConfigError, DocumentNotFoundError
     from hybridret.serve.app import ServeConfig, create_app
 
     key = "sharded-key-0123456789abcdef"
@@ -487,6 +499,9 @@ def test_serve_sharded_index_over_http(ray_cluster, work, local_index, paired_en
             assert_same(client.search(queries, k=8, method="gqr", filter={"group": "b"}),
                         local_index.search(queries, k=8, method="gqr", filter={"group": "b"}))
             assert client.get(["doc-0005", "nope"]) == local_index.get(["doc-0005", "nope"])
+            with pytest.raises(ConfigError, match="not supported on a sharded index"):  # a 400, not a 500
+                client.search(queries[:1], k=3, relevance=True)
+            assert "relevance" not in client.search(queries[:1], k=3)[0][0].to_dict()
 
             # writes: routed to the owning shard, searchable once acknowledged
             new = [{"id": f"web-{i}", "text": f"rocket orbit moon landing flight {i}", "metadata": {"group": "z"}}

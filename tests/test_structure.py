@@ -35,11 +35,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("retrievers", ("hybridret.retrievers",)),
     ("fusion", ("hybridret.hybrid", "hybridret.refine")),
     # the search plan: over retrievers and fusion, under both searchers; its stages (groups, pages,
-    # reranking) and what they read (snippets: BM25's analyzer over index/)
+    # reranking), what they read (snippets: BM25's analyzer over index/) and the calibrated relevance of
+    # a plan's results (relevance: BM25's statistics over index/ and retrievers/)
     ("plan", ("hybridret.plan", "hybridret.stages", "hybridret.grouping", "hybridret.rerank",
-              "hybridret.snippets")),
+              "hybridret.snippets", "hybridret.relevance")),
     ("read/write", ("hybridret.searcher", "hybridret.indexer")),
-    ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.train")),
+    ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.calibrate", "hybridret.train")),
     ("services", ("hybridret.client", "hybridret.serve", "hybridret.integrations", "hybridret.distributed")),
     ("cli", ("hybridret.cli", "hybridret.__main__")),
     ("package", ("hybridret",)),  # hybridret/__init__.py: the public API, re-exported from everything below

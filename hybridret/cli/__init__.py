@@ -1,10 +1,11 @@
-"""Command line: ``hybridret index | search | serve | add | delete | purge | compact | get | eval | tune | info |
+"""Command line: ``hybridret index | search | serve | add | delete | purge | compact | get | eval | tune | calibrate | info |
 demo | train | mine-negatives`` (also ``python -m hybridret``).
 
 One module per command group, each with the arguments of its commands (``add_parser`` /
 ``add_parsers``, which set ``run`` on the parsed arguments) and their run functions:
 :mod:`~hybridret.cli.index`, :mod:`~hybridret.cli.search`, :mod:`~hybridret.cli.serve`,
-:mod:`~hybridret.cli.write` (add, delete, purge, compact), :mod:`~hybridret.cli.get`, :mod:`~hybridret.cli.evaluate` (eval, tune),
+:mod:`~hybridret.cli.write` (add, delete, purge, compact), :mod:`~hybridret.cli.get`,
+:mod:`~hybridret.cli.evaluate` (eval, tune, calibrate),
 :mod:`~hybridret.cli.info`, :mod:`~hybridret.cli.demo`, :mod:`~hybridret.cli.train` (train,
 mine-negatives); the ``--ray`` paths are in :mod:`~hybridret.cli.sharded` and what they all share in
 :mod:`~hybridret.cli._common`. Building the parser loads no model, torch, FAISS or tantivy.
@@ -56,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_parser(sub)
     write.add_parsers(sub)  # add, delete, purge, compact
     get.add_parser(sub)
-    evaluate.add_parsers(sub)  # eval, tune
+    evaluate.add_parsers(sub)  # eval, tune, calibrate
     info.add_parser(sub)
     demo.add_parser(sub)
     train.add_parsers(sub)  # train, mine-negatives

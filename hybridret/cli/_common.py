@@ -245,7 +245,9 @@ def print_hits(hits: SearchResults, i: int, *, width: int = 100) -> None:
             print(f"{hit.rank:>3}. group {group!r}  score {hit.score:.4f}")
         parts = " ".join(f"{name} {value:.3f}" for name, value in hit.scores.items() if value == value)
         lead = "   -" if hit.group is not None else f"{hit.rank:>3}."
-        print(f"{lead} {hit.id}  score {hit.score:.4f}  ({parts})")
+        rel = getattr(hit, "relevance", None)
+        rel = f"  relevance {rel:.2f}" if rel is not None else ""
+        print(f"{lead} {hit.id}  score {hit.score:.4f}{rel}  ({parts})")
         snippets = getattr(hit, "snippets", None)
         if snippets:  # the best window, matched words in [brackets]
             s = snippets[0]

@@ -10,7 +10,7 @@ from typing import Any
 from ..errors import HybridRetError
 from ._common import add_eval_args, add_method_arg, judged, logger
 
-__all__ = ["add_parsers", "run_eval", "run_tune"]
+__all__ = ["add_parsers", "run_calibrate", "run_eval", "run_tune"]
 
 
 def add_parsers(sub: Any) -> None:
@@ -32,6 +32,14 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--metric", default="ndcg@10", help="metric to maximise (default: ndcg@10)")
     p.add_argument("--dry-run", action="store_true", help="report only; do not store the best setting")
     p.set_defaults(run=run_tune)
+
+    p = sub.add_parser("calibrate", help="fit the calibrated relevance (search --relevance) on judged queries; "
+                                         "store it in the index")
+    add_eval_args(p)
+    p.add_argument("-k", type=int, default=10, help="hits per query fitted on (default: 10)")
+    add_method_arg(p)
+    p.add_argument("--dry-run", action="store_true", help="report only; do not store the calibration")
+    p.set_defaults(run=run_calibrate)
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -100,4 +108,25 @@ def run_tune(args: argparse.Namespace) -> int:
              "t_dense": cfg["gqr"]["t_dense"], "final_guide": cfg["gqr"]["final_guide"]}
         print(f"{i:>4}  {row[args.metric]:9.4f}  {cfg['method']} {json.dumps(detail)}")
     print("stored as the index's hybrid setting" if not args.dry_run else "(dry run: nothing stored)")
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from ..calibrate import calibrate
+
+    retriever, queries, qrels = judged(args)
+    cal = calibrate(retriever, queries, qrels, k=args.k, method=args.method, level=args.relevance_level,
+                    fitted_on={"queries_file": str(args.queries), "qrels_file": str(args.qrels)})
+    if not args.dry_run:
+        retriever.set_relevance(cal)
+    if args.json:
+        print(json.dumps({"calibration": cal.to_dict(), "stored": not args.dry_run}))
+        return 0
+    fit = cal.fitted_on
+    print(f"fitted on {fit['hits']} hits of {fit['queries']} queries ({fit['relevant']} relevant), top {args.k} of "
+          f"{args.method}")
+    for m in cal.models.values():
+        terms = " + ".join(f"{w:.3f} {f}" for f, w in zip(m.features, m.weights))
+        print(f"  {'+'.join(m.features):<18} p = sigmoid({m.intercept:.3f} + {terms})")
+    print("stored in the index: search --relevance uses it" if not args.dry_run else "(dry run: nothing stored)")
     return 0

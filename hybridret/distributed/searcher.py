@@ -24,6 +24,7 @@ from ..filters import Filter
 from ..grouping import key_values
 from ..hybrid import FusionConfig
 from ..plan import default_fusion, plan_search, run_plan, runnable
+from ..relevance import check_relevance
 from ..rerank import Reranker, load_reranker
 from ..retrievers import REGISTRY, QueryBatch
 from ..searcher import EncoderSlot, check_search, check_stages, encode_query_batch
@@ -213,12 +214,16 @@ class ShardedSearcher:
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
                partial: bool = False, offset: int = 0, group_by: str | None = None, group_size: int | None = None,
-               rerank: Any = None, rerank_depth: int | None = None) -> Hits:
+               rerank: Any = None, rerank_depth: int | None = None, relevance: bool = False) -> Hits:
         """As :meth:`hybridret.searcher.Searcher.search`, over every shard (``offset``, grouping and
         reranking included: the same plan and stages). A shard that cannot answer raises
         :class:`ShardUnavailableError` naming it; with ``partial=True`` the others' results are
-        returned and ``hits.missing_shards`` names the missing ones (always set)."""
+        returned and ``hits.missing_shards`` names the missing ones (always set). ``relevance=True``
+        is not supported here yet (a :class:`ConfigError`): search a single index for it."""
         texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
+        if check_relevance(relevance):
+            raise ConfigError("relevance=True is not supported on a sharded index yet (the BM25 bound needs the "
+                              "shards' summed statistics per query token); search an unsharded index for it")
         stages = check_stages(offset, group_by, group_size, rerank, rerank_depth)
         reranker = self.reranker(rerank) if rerank is not None else None
         try:

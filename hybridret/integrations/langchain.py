@@ -9,7 +9,10 @@
 Each result is a ``Document(id=hit.id, page_content=hit.text, metadata={**hit.metadata, "id",
 "score", "scores", "title"})``: ``score`` is the method's score, ``scores`` the exact score of each
 retriever that took part (``dense``/``sparse``/``bm25``; a retriever that did not score the hit is
-left out). These four keys win over document metadata fields of the same name.
+left out). These four keys win over document metadata fields of the same name. A search with
+relevance (``HybridRetVectorStore.similarity_search_with_relevance_scores``, a retriever with
+``score_threshold``) adds ``"relevance"``: the calibrated probability in [0, 1] that the hit is
+relevant (:mod:`hybridret.relevance`).
 
 Grouped (``group_by="parent_id"``, ``group_size=g``: the top ``k`` documents, each with its best
 ``g`` chunks, in group order), each chunk's metadata also holds ``"group"`` (its document's key:
@@ -24,6 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..types import Hit, SearchBackend
 from ._common import as_backend, finite_scores, group_fields, grouping, hits_per_query, require
 
@@ -45,11 +49,22 @@ from pydantic import ConfigDict, field_validator, model_validator  # noqa: E402
 __all__ = ["HybridRetLangChainRetriever", "HybridRetVectorStore", "hit_to_document"]
 
 
+def check_threshold(value: Any) -> float | None:
+    """A ``score_threshold``: ``None`` or a number in [0, 1] (a calibrated relevance)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ConfigError(f"score_threshold is a relevance in [0, 1] (hybridret's calibrated relevance), got {value!r}")
+    return float(value)
+
+
 def hit_to_document(hit: Hit, group: dict[str, Any] | None = None) -> Document:
     """A hybridret :class:`~hybridret.Hit` as a LangChain :class:`Document` (``group``: its
     group's key, rank and score, from a grouped search)."""
     meta = {**hit.metadata, "id": hit.id, "score": float(hit.score), "scores": finite_scores(hit.scores),
             "title": hit.title}
+    if hit.relevance is not None:
+        meta["relevance"] = float(hit.relevance)
     if group:
         meta.update(group=group["key"], group_rank=group["rank"], group_score=group["score"])
     return Document(id=hit.id, page_content=hit.text, metadata=meta)
@@ -65,6 +80,8 @@ class HybridRetLangChainRetriever(BaseRetriever):
     ``batch`` runs one batched search for all its inputs; ``ainvoke``/``abatch`` run the search in a
     thread executor (hybridret searches release the GIL in FAISS and tantivy). ``group_by`` /
     ``group_size``: return the chunks of the top ``k`` documents (see the module docstring).
+    ``score_threshold`` (in [0, 1]): search with relevance and return only the hits whose calibrated
+    relevance is at least that (``metadata["relevance"]``; docs/relevance.md).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -76,11 +93,17 @@ class HybridRetLangChainRetriever(BaseRetriever):
     filter: dict[str, Any] | None = None
     group_by: str | None = None
     group_size: int | None = None
+    score_threshold: float | None = None
 
     @field_validator("searcher", mode="before")
     @classmethod
     def _check_searcher(cls, value: Any) -> SearchBackend:
         return as_backend(value)
+
+    @field_validator("score_threshold", mode="before")
+    @classmethod
+    def _check_threshold(cls, value: Any) -> float | None:
+        return check_threshold(value)
 
     @model_validator(mode="after")
     def _check_grouping(self) -> HybridRetLangChainRetriever:
@@ -89,10 +112,12 @@ class HybridRetLangChainRetriever(BaseRetriever):
 
     def _search(self, queries: list[str], *, k: int | None = None, filter: dict[str, Any] | None = None,
                 method: str | None = None) -> list[list[Document]]:
+        t = self.score_threshold
         hits = hits_per_query(self.searcher, queries, self.k if k is None else k, method or self.method,
                               self.filter if filter is None else filter,
-                              **grouping(self.group_by, self.group_size))
-        return [[hit_to_document(h, g) for h, g in zip(per_query, group_fields(per_query))] for per_query in hits]
+                              **grouping(self.group_by, self.group_size), relevance=True if t is not None else None)
+        return [[hit_to_document(h, g) for h, g in zip(per_query, group_fields(per_query))
+                 if t is None or (h.relevance is not None and h.relevance >= t)] for per_query in hits]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 k: int | None = None, filter: dict[str, Any] | None = None,
@@ -151,8 +176,13 @@ class HybridRetVectorStore(VectorStore):
       "delete everything", is refused).
     - ``similarity_search(query, k=4, filter=None, method=None)`` and ``similarity_search_with_score``
       search (hybrid by default); ``get_by_ids`` reads stored documents (in-process or through a Client).
-    - Not supported, with a NotImplementedError that says why: searching by vector, MMR (hybridret
-      exposes no document vectors) and relevance scores in [0, 1] (fused and BM25 scores are unbounded).
+    - ``similarity_search_with_relevance_scores(query, k, score_threshold=None, filter=None,
+      method=None)`` and ``as_retriever(search_type="similarity_score_threshold",
+      search_kwargs={"score_threshold": t})``: the score is hybridret's calibrated ``relevance``
+      (a probability in [0, 1], non-increasing down the list; docs/relevance.md), never a mapped
+      raw score; hits below the threshold are dropped.
+    - Not supported, with a NotImplementedError that says why: searching by vector and MMR (hybridret
+      exposes no document vectors).
     A read-only Searcher works for searching; writes then raise :class:`~hybridret.ConfigError`.
     """
 
@@ -218,9 +248,29 @@ class HybridRetVectorStore(VectorStore):
                                 metadata={**meta, "id": doc["id"], "title": doc.get("title") or ""}))
         return out
 
+    def similarity_search_with_relevance_scores(self, query: str, k: int = 4, **kwargs: Any
+                                                ) -> list[tuple[Document, float]]:
+        """``(Document, relevance)`` pairs, best first: hybridret's calibrated relevance in [0, 1]
+        (also in ``metadata["relevance"]``). ``score_threshold`` (a number in [0, 1]) keeps the hits
+        whose relevance is at least that; ``filter`` and ``method`` as in :meth:`similarity_search`."""
+        check_threshold(kwargs.get("score_threshold"))
+        return super().similarity_search_with_relevance_scores(query, k, **kwargs)
+
+    def _similarity_search_with_relevance_scores(self, query: str, k: int = 4, filter: dict[str, Any] | None = None,
+                                                 method: str | None = None, **kwargs: Any
+                                                 ) -> list[tuple[Document, float]]:
+        if kwargs:
+            raise TypeError(f"unexpected arguments {sorted(kwargs)} (HybridRetVectorStore takes k, filter, method, "
+                            "score_threshold)")
+        hits = hits_per_query(self.index, [query], k, method or self.method, filter, relevance=True)[0]
+        if any(h.relevance is None for h in hits):
+            raise ConfigError(f"{type(self.index).__name__} returned hits without relevance; it needs a hybridret "
+                              "search with relevance=True (a Searcher, HybridRetriever or Client)")
+        return [(hit_to_document(h), float(h.relevance)) for h in hits]  # type: ignore[arg-type]
+
     def _select_relevance_score_fn(self) -> Any:
-        raise NotImplementedError("hybridret scores (fused, BM25, inner products) are not bounded to [0, 1]; use "
-                                  "similarity_search_with_score, whose scores are comparable within one method")
+        raise NotImplementedError("hybridret's relevance is calibrated per hit from every retriever's score, not "
+                                  "mapped from one raw score; use similarity_search_with_relevance_scores")
 
     def similarity_search_by_vector(self, embedding: list[float], k: int = 4, **kwargs: Any) -> list[Document]:
         raise NotImplementedError("hybridret searches by text (dense + learned sparse + BM25 need the query text); "

@@ -39,7 +39,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -131,6 +142,8 @@ class SearchRequest(_Strict):
     group_size: StrictInt | None = Field(None, ge=1, le=100, description="with group_by: chunks per group (3)")
     rerank: StrictBool = Field(False, description="rerank with the server's cross-encoder (serve --rerank DIR)")
     rerank_depth: StrictInt | None = Field(None, ge=1, le=1000, description="with rerank: hits reranked (50)")
+    relevance: StrictBool = Field(False, description="also each hit's calibrated relevance in [0, 1], thresholdable "
+                                                     "(docs/relevance.md)")
 
     def stage_options(self, reranker: str | None) -> dict[str, Any]:
         """The library's page / grouping / rerank keywords of this request."""
@@ -138,8 +151,11 @@ class SearchRequest(_Strict):
             raise ConfigError("this server has no reranker: start it with hybridret serve --rerank DIR")
         if self.rerank_depth is not None and not self.rerank:
             raise ConfigError("rerank_depth goes with \"rerank\": true")
-        return {"offset": self.offset, "group_by": self.group_by, "group_size": self.group_size,
-                "rerank": reranker if self.rerank else None, "rerank_depth": self.rerank_depth}
+        out = {"offset": self.offset, "group_by": self.group_by, "group_size": self.group_size,
+               "rerank": reranker if self.rerank else None, "rerank_depth": self.rerank_depth}
+        if self.relevance:  # only when asked: a backend without relevance still serves the rest
+            out["relevance"] = True
+        return out
 
     @field_validator("method")
     @classmethod
@@ -187,6 +203,16 @@ class HitOut(BaseModel):
     matched_terms: list[MatchedTermOut] = []
     snippets: list[SnippetOut] = Field([], description="the best window of the text, matched words marked")
     group: Union[StrictStr, StrictInt, float, StrictBool, None] = Field(None, description="grouped: the hit's group")
+    relevance: float | None = Field(None, description="only with \"relevance\": true: the calibrated probability "
+                                                      "that the hit is relevant, in [0, 1]")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_relevance(self, handler: SerializerFunctionWrapHandler):  # no return type: keeps the schema
+        """A hit of a search that did not ask for relevance has no ``"relevance"`` key (not ``null``)."""
+        out = handler(self)
+        if out.get("relevance") is None:
+            out.pop("relevance", None)
+        return out
 
 
 class GroupOut(BaseModel):

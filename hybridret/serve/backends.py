@@ -81,11 +81,11 @@ class LocalBackend:
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
                offset: int = 0, group_by: str | None = None, group_size: int | None = None, rerank: Any = None,
-               rerank_depth: int | None = None) -> Hits:
-        """As :meth:`hybridret.searcher.Searcher.search` (pages, groups and reranking included)."""
+               rerank_depth: int | None = None, relevance: bool = False) -> Hits:
+        """As :meth:`hybridret.searcher.Searcher.search` (pages, groups, reranking and relevance included)."""
         return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
                                     offset=offset, group_by=group_by, group_size=group_size, rerank=rerank,
-                                    rerank_depth=rerank_depth)
+                                    rerank_depth=rerank_depth, relevance=relevance)
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)
@@ -187,10 +187,11 @@ class ShardedBackend:
                filter: Filter | Mapping[str, Any] | str | None = None,
                fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
                offset: int = 0, group_by: str | None = None, group_size: int | None = None, rerank: Any = None,
-               rerank_depth: int | None = None) -> Hits:
+               rerank_depth: int | None = None, relevance: bool = False) -> Hits:
         return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
                                     partial=False, offset=offset, group_by=group_by, group_size=group_size,
-                                    rerank=rerank, rerank_depth=rerank_depth)  # a missing shard: ShardUnavailableError
+                                    rerank=rerank, rerank_depth=rerank_depth,
+                                    relevance=relevance)  # a missing shard: ShardUnavailableError
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids)

@@ -1,0 +1,159 @@
+"""Fit a relevance calibration on judged queries (``hybridret calibrate``, :func:`calibrate`).
+
+The shipped calibration (:data:`hybridret.relevance.DEFAULT_CALIBRATION`) holds for the packaged
+models only. For an index with other models, or to fit your own domain, :func:`calibrate` searches
+judged queries, labels each hit of the top ``k`` (relevant: a qrels grade >= ``level``; a hit
+without a judgment counts as non-relevant) and fits the logistic models of
+:mod:`hybridret.relevance` (:func:`fit_calibration`): one per set of retrievers, on the retriever's
+own lists for a single one, and one with the fused score for the fusion ``method`` ran.
+:meth:`HybridRetriever.set_relevance` stores it in the index, where every later
+``search(..., relevance=True)`` (library, server, CLI) finds it. ``benchmarks/relevance.py`` fits
+the shipped constants with the same functions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import ConfigError
+from .relevance import FEATURES, Calibration, LogisticModel, encoder_identity, hit_inputs
+
+__all__ = ["MIN_JUDGED", "Judged", "calibrate", "fit_calibration", "fit_logistic", "judged_hits"]
+
+MIN_JUDGED = 20
+"""Fewest relevant and fewest non-relevant judged hits a calibration is fitted on."""
+
+
+@dataclass
+class Judged:
+    """The judged hits of one list kind, flat: ``features`` (each of
+    :data:`hybridret.relevance.INPUTS` the lists have), ``labels`` (relevant or not), ``query``
+    (the query's number, per hit), ``fusion`` (the fusion whose score ``features["score"]`` is, or
+    ``None``) and per-hit ``weights`` (``None``: all 1)."""
+
+    features: dict[str, np.ndarray]
+    labels: np.ndarray
+    query: np.ndarray
+    fusion: dict[str, Any] | None
+    weights: np.ndarray | None = None
+
+    @property
+    def usable(self) -> bool:
+        """At least :data:`MIN_JUDGED` relevant and as many non-relevant hits."""
+        pos = int(self.labels.sum())
+        return pos >= MIN_JUDGED and len(self.labels) - pos >= MIN_JUDGED
+
+    @classmethod
+    def pooled(cls, parts: Sequence[Judged]) -> Judged:
+        """Several collections' judged hits as one, each collection weighing the same."""
+        if not parts or any(p.fusion != parts[0].fusion for p in parts):
+            raise ConfigError("pooled judged hits need the same fusion settings in every part")
+        names = [f for f in parts[0].features if all(f in p.features for p in parts)]
+        offsets = np.cumsum([0] + [int(p.query.max()) + 1 if len(p.query) else 0 for p in parts])
+        return cls({f: np.concatenate([p.features[f] for p in parts]) for f in names},
+                   np.concatenate([p.labels for p in parts]),
+                   np.concatenate([p.query + o for p, o in zip(parts, offsets)]), parts[0].fusion,
+                   np.concatenate([np.full(len(p.labels), 1.0 / max(len(p.labels), 1)) for p in parts]))
+
+
+def judged_hits(searcher: Any, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
+                k: int = 10, method: str = "hybrid", level: int = 1, candidates: int | None = None) -> Judged:
+    """The model inputs and labels of every hit in the top ``k`` of ``method`` for the judged
+    ``queries`` (those with a judgment in ``qrels``) on a :class:`~hybridret.Searcher`."""
+    from .searcher import check_search
+
+    qids = [q for q in queries if qrels.get(q)]
+    if not qids:
+        raise ConfigError("none of the queries has judgments in the qrels")
+    texts, k, candidates, filt = check_search([queries[q] for q in qids], k, method, candidates, None)
+    snap, plan, res = searcher._run(texts, k, method, filt, None, candidates, searcher.threads)
+    inputs = hit_inputs(snap, plan, res)
+    valid = inputs.valid
+    labels = np.array([[int(qrels[q].get(str(d), 0)) >= level for d in row] for q, row in zip(qids, res.ids)], dtype=bool)
+    qnum = np.broadcast_to(np.arange(len(qids))[:, None], valid.shape)
+    return Judged({f: v[valid] for f, v in inputs.features.items()}, labels.reshape(valid.shape)[valid], qnum[valid],
+                  inputs.fusion)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, *, weights: np.ndarray | None = None, l2: float = 1e-3,
+                 iterations: int = 50) -> tuple[float, np.ndarray]:
+    """Logistic regression (Newton's method, a small L2 penalty on the weights; ``weights``: per
+    sample, e.g. to weigh collections equally): ``(intercept, weights)``."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if x.ndim != 2 or len(x) != len(y) or not len(y):
+        raise ConfigError(f"fit_logistic needs features (n, d) and n labels, got {x.shape} and {y.shape}")
+    if y.min() == y.max():
+        raise ConfigError("cannot fit a relevance calibration: the judged hits are all relevant or all non-relevant")
+    sw = np.ones(len(y)) if weights is None else np.asarray(weights, dtype=np.float64)
+    sw = sw * (len(y) / sw.sum())
+    a = np.hstack([np.ones((len(x), 1)), x])
+    beta = np.zeros(a.shape[1])
+    mean = float((sw * y).sum() / sw.sum())
+    beta[0] = math.log(mean / (1 - mean))
+    reg = np.full(a.shape[1], l2 * len(y))
+    reg[0] = 0.0
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(a @ beta, -60, 60)))
+        grad = a.T @ (sw * (p - y)) + reg * beta
+        hess = (a * (sw * p * (1 - p))[:, None]).T @ a + np.diag(reg + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return float(beta[0]), beta[1:]
+
+
+def _model(data: Judged, features: tuple[str, ...], fusion: dict[str, Any] | None = None) -> LogisticModel:
+    x = np.stack([np.asarray(data.features[f], dtype=np.float64) for f in features], axis=1)
+    b0, w = fit_logistic(x, data.labels, weights=data.weights)
+    return LogisticModel(features, round(b0, 6), tuple(round(float(v), 6) for v in w), fusion)
+
+
+def fit_calibration(lists: Judged, single: Mapping[str, Judged] | None = None, *,
+                    encoder: dict[str, dict[str, Any]] | None = None,
+                    fitted_on: Mapping[str, Any] | None = None) -> Calibration:
+    """The models of a calibration: for every non-empty set of the retrievers that scored
+    ``lists``' hits, a model of their features and ``log_rank`` (a single retriever's on its own
+    lists, ``single[name]``, when given and :attr:`Judged.usable`; else on ``lists``), so that a
+    search whose hits have fewer components (``method="bm25"``, an index without BM25) is
+    calibrated too; and when ``lists`` are a fusion's with a dense retriever, a model of every
+    retriever's feature and ``fused_dense`` (the fused score times the dense cosine), for that
+    fusion setting only."""
+    names = [f for f in FEATURES if f in lists.features]
+    if not names:
+        raise ConfigError(f"fit_calibration needs at least one of the features {FEATURES}")
+    models: list[LogisticModel] = []
+    for mask in range(1, 1 << len(names)):
+        subset = tuple(f for b, f in enumerate(names) if mask >> b & 1)
+        own = (single or {}).get(subset[0]) if len(subset) == 1 else None
+        models.append(_model(own if own is not None and own.usable else lists, (*subset, "log_rank")))
+    if lists.fusion is not None and "fused_dense" in lists.features:
+        models.append(_model(lists, (*names, "fused_dense"), lists.fusion))
+    return Calibration({m.key: m for m in models}, encoder, dict(fitted_on or {}))
+
+
+def calibrate(retriever: Any, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *, k: int = 10,
+              method: str = "hybrid", level: int = 1, fitted_on: Mapping[str, Any] | None = None) -> Calibration:
+    """A :class:`~hybridret.relevance.Calibration` for this index's models, fitted on the top ``k``
+    hits of ``method`` for the judged ``queries`` (``qrels``: query id -> document id -> grade;
+    relevant: grade >= ``level``), and on each retriever's own top ``k`` for its single-retriever
+    model. Needs at least :data:`MIN_JUDGED` relevant and as many non-relevant hits. Store it with
+    :meth:`HybridRetriever.set_relevance`."""
+    searcher = getattr(retriever, "searcher", retriever)
+    lists = judged_hits(searcher, queries, qrels, k=k, method=method, level=level)
+    pos, neg = int(lists.labels.sum()), int((~lists.labels).sum())
+    if pos < MIN_JUDGED or neg < MIN_JUDGED:
+        raise ConfigError(f"too few judged hits to calibrate on: {pos} relevant and {neg} non-relevant in the top {k} "
+                          f"(at least {MIN_JUDGED} of each); add judged queries or raise k")
+    present = [f for f in FEATURES if f in lists.features]
+    single = {f: judged_hits(searcher, queries, qrels, k=k, method=f, level=level) for f in present} \
+        if len(present) > 1 else {}
+    return fit_calibration(lists, single, encoder=encoder_identity(searcher.snapshot.manifest.get("encoder")),
+                           fitted_on={"queries": len({q for q in queries if qrels.get(q)}), "hits": int(len(lists.labels)),
+                                      "relevant": pos, "k": k, "method": method, "level": level, **(fitted_on or {})})
