@@ -1,6 +1,6 @@
 """Read a ``model.safetensors`` file into numpy arrays, without torch (and without pickle).
 
-The format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header size ``N``,
+The format (the safetensors project's documented layout): an 8-byte little-endian header size ``N``,
 ``N`` bytes of JSON ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``,
 then the tensors' bytes, offsets counted from the end of the header. Every entry is checked (offsets
 inside the file, a size that matches the dtype and shape) before any array is made.
