@@ -382,3 +382,16 @@ def test_store_through_a_real_server(paired_encoder, tmp_path):
     with serving(create_app(chunked, ServeConfig(batching=False))) as url, Client(url) as client:
         with pytest.raises(ConfigError, match="cuts documents into chunks"):
             HybridRetLlamaIndexVectorStore(client).add([TextNode(id_="x", text="Some text.")])
+
+
+def test_plain_hit_views_are_the_views_without_matched_terms_and_snippets(store):
+    """What the LlamaIndex adapters read: Hits.plain(i) == hits[i] but for the two costly fields."""
+    from dataclasses import replace
+
+    hits = store.client.search(["bees dance", "wolves howl"], 5, group_by="parent_id", group_size=2)
+    for i in range(2):
+        full, plain = hits[i], hits.plain(i)
+        assert any(h.matched_terms for h in full) and any(h.snippets for h in full)
+        assert plain == [replace(h, matched_terms=[], snippets=[]) for h in full]
+    with pytest.raises(IndexError):
+        hits.plain(2)

@@ -98,7 +98,7 @@ class HybridRetLlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = hits_per_query(self.searcher, [query_bundle.query_str], self.similarity_top_k, self.method,
-                              llamaindex_filters_to_hybridret(self.filters), **self.grouping)[0]
+                              llamaindex_filters_to_hybridret(self.filters), details=False, **self.grouping)[0]
         return [hit_to_node(h, g) for h, g in zip(hits, group_fields(hits))]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

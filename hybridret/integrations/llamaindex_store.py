@@ -251,7 +251,7 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
         flt = self._query_filter(query)
         if _is_fresh(self._index):
             return VectorStoreQueryResult(nodes=[], similarities=[], ids=[])
-        hits = hits_per_query(self._index, [text], k, method, flt, fusion=fusion)[0]
+        hits = hits_per_query(self._index, [text], k, method, flt, details=False, fusion=fusion)[0]
         nodes = [stored_to_node(h.id, h.text, h.title, h.metadata, ref_key=self.ref_doc_id_key) for h in hits]
         return VectorStoreQueryResult(nodes=nodes, similarities=[float(h.score) for h in hits], ids=[h.id for h in hits])
 
