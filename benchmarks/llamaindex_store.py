@@ -55,7 +55,7 @@ def per_query_ms(fn: Any, queries: list[str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dataset", default="adi", help="a folder of ../shared/data (BEIR format)")
+    ap.add_argument("--dataset", default="adi", help="a folder of ../shared/data, or a path (BEIR format)")
     ap.add_argument("--chunk-size", type=int, default=200, help="LlamaIndex SentenceSplitter chunk_size and "
                                                                   "hybridret chunk_tokens")
     ap.add_argument("--depth", type=int, default=30, help="nodes / chunks retrieved per query before "
@@ -73,7 +73,9 @@ def main() -> None:
     from hybridret.eval import evaluate
     from hybridret.integrations.llamaindex import HybridRetLlamaIndexVectorStore, NoEmbedding
 
-    corpus, queries, qrels = load_beir(SHARED / args.dataset)
+    folder = Path(args.dataset) if Path(args.dataset).is_dir() else SHARED / args.dataset
+    name = folder.name
+    corpus, queries, qrels = load_beir(folder)
     docs = list(corpus)
     qids = [q for q in queries if q in qrels]
     texts = [queries[q] for q in qids]
@@ -129,11 +131,11 @@ def main() -> None:
 
     cols = ["way", "nodes", "build_s", "transform_s", "nDCG@10", "R@10", "ms/query", "search_ms/query",
             "views_ms/query"]
-    print(f"{args.dataset}: {len(docs)} documents, {len(qids)} judged queries, chunk size {args.chunk_size}, "
+    print(f"{name}: {len(docs)} documents, {len(qids)} judged queries, chunk size {args.chunk_size}, "
           f"depth {args.depth}, method hybrid")
     print(table(rows, cols))
-    out = args.out or RESULTS / f"llamaindex-store-{args.dataset}.json"
-    write_json(out, {"dataset": args.dataset, "documents": len(docs), "queries": len(qids),
+    out = args.out or RESULTS / f"llamaindex-store-{name}.json"
+    write_json(out, {"dataset": name, "documents": len(docs), "queries": len(qids),
                           "chunk_size": args.chunk_size, "depth": args.depth, "rows": rows, "machine": machine()})
 
 

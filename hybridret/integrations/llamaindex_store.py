@@ -141,6 +141,9 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
                               f"got {ref_doc_id_key!r}")
         super().__init__(method=method, ref_doc_id_key=ref_doc_id_key, embed_metadata=embed_metadata, **kwargs)
         self._index = as_backend(index)
+        if _is_retriever(self._index) and not self._index.settings.get("store_text", True):
+            raise ConfigError("this HybridRetriever keeps no document text (store_text=False), and a LlamaIndex "
+                              "vector store must return its nodes' text: use one built with store_text=True")
 
     @classmethod
     def class_name(cls) -> str:
