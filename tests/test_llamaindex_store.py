@@ -300,6 +300,8 @@ def test_get_nodes_by_filter_and_read_only_searcher(store, tmp_path):
         read_only.get_nodes(filters=MetadataFilters(filters=[MetadataFilter(key="kind", value="insect")]))
     with pytest.raises(ConfigError, match="ref_doc_id_key"):
         HybridRetLlamaIndexVectorStore(store.client, ref_doc_id_key="a.b")
+    with pytest.raises(ConfigError, match="unknown method 'vector'"):
+        HybridRetLlamaIndexVectorStore(store.client, method="vector")
     with pytest.raises(ConfigError, match="store_text=False"):
         HybridRetLlamaIndexVectorStore(HybridRetriever(store.client.encoder, store_text=False, bm25=False))
 
