@@ -296,8 +296,9 @@ def test_get_nodes_by_filter_and_read_only_searcher(store, tmp_path):
                   lambda: read_only.delete_nodes(ids)):
         with pytest.raises(ConfigError, match="read-only"):
             write()
-    with pytest.raises(ConfigError, match="needs a HybridRetriever or a Client"):
-        read_only.get_nodes(filters=MetadataFilters(filters=[MetadataFilter(key="kind", value="insect")]))
+    insect = MetadataFilters(filters=[MetadataFilter(key="kind", value="insect")])
+    assert [dump(n) for n in read_only.get_nodes(filters=insect)] == [dump(n) for n in insects]  # a listing: no writes
+    assert len(read_only.get_nodes()) == store.client.num_docs
     with pytest.raises(ConfigError, match="ref_doc_id_key"):
         HybridRetLlamaIndexVectorStore(store.client, ref_doc_id_key="a.b")
     with pytest.raises(ConfigError, match="unknown method 'vector'"):

@@ -114,8 +114,8 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
       ``hybrid_top_k`` in hybrid mode) results, ``filters`` (see :func:`llamaindex_filters_to_hybridret`)
       and ``doc_ids`` (nodes of those documents). ``vector_store_kwargs={"method": "rrf"}`` picks any
       hybridret method. The nodes come back as they were added, scores in ``similarities``.
-    - ``get_nodes(node_ids=..., filters=...)`` reads nodes back (filters, or no arguments = every
-      node, need a HybridRetriever or Client: they are matched by a dry-run delete).
+    - ``get_nodes(node_ids=..., filters=...)`` reads nodes back (no arguments: every node), from any
+      backend (filters go through its document listing, ``documents(filter)``).
     - Refused with an error that says why: ``node_ids`` in a query (hybridret filters metadata, not
       ids), ``sparse_top_k``, the ``mmr``/``svm``/regression/``semantic_hybrid`` modes (hybridret
       exposes no document vectors), and a query without ``query_str``.
@@ -206,7 +206,7 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
         ids = None if node_ids is None else _ids(node_ids)
         flt = llamaindex_filters_to_hybridret(filters)
         if flt is not None and ids is not None:
-            ids = _keep(ids, self._matching(backend, flt))
+            ids = _keep(ids, [d["id"] for d in self._listed(backend, flt)])
         if ids is not None:
             if ids:
                 backend.delete(ids, missing="ignore")
@@ -267,22 +267,22 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
 
     def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
         """The stored nodes with these ids (unknown ids left out, in the order given), those matching
-        ``filters``, or with neither every node of the index."""
+        ``filters`` (in written order), or with neither every node of the index."""
         backend = self._index
         if _is_fresh(backend):
             return []
         ids = None if node_ids is None else list(dict.fromkeys(_ids(node_ids)))
         flt = llamaindex_filters_to_hybridret(filters)
-        if ids is None or flt is not None:
-            matched = self._matching(backend, flt if flt is not None else _EVERYTHING)
-            ids = matched if ids is None else _keep(ids, matched)
-        out: list[BaseNode] = []
-        for start in range(0, len(ids), _GET_BATCH):
-            for doc in backend.get(ids[start:start + _GET_BATCH]):
-                if doc is not None:
-                    out.append(stored_to_node(doc["id"], doc.get("text") or "", doc.get("title") or "",
-                                              doc.get("metadata"), ref_key=self.ref_doc_id_key))
-        return out
+        if ids is None:
+            docs = self._listed(backend, flt)
+        elif flt is not None:
+            by_id = {d["id"]: d for d in self._listed(backend, flt)}
+            docs = [by_id[i] for i in ids if i in by_id]
+        else:
+            docs = [d for start in range(0, len(ids), _GET_BATCH) for d in backend.get(ids[start:start + _GET_BATCH])
+                    if d is not None]
+        return [stored_to_node(d["id"], d.get("text") or "", d.get("title") or "", d.get("metadata"),
+                               ref_key=self.ref_doc_id_key) for d in docs]
 
     async def aget_nodes(self, node_ids: list[str] | None = None,
                          filters: MetadataFilters | None = None) -> list[BaseNode]:
@@ -298,14 +298,14 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
             parts.append({self.ref_doc_id_key: {"$in": _ids(query.doc_ids)}})
         return None if not parts else parts[0] if len(parts) == 1 else {"$and": parts}
 
-    def _matching(self, backend: Any, flt: dict[str, Any]) -> list[str]:
-        """Ids of the live documents matching ``flt``: a dry-run delete (nothing is deleted)."""
-        if not callable(getattr(backend, "delete", None)):
-            raise ConfigError(f"listing nodes by filter needs a HybridRetriever or a Client, not a read-only "
-                              f"{type(backend).__name__} (get_nodes(node_ids=...) works on any backend)")
-        result = backend.delete(filter=flt, dry_run=True)
-        matched = result.get("matched") if isinstance(result, dict) else result.matched
-        return [str(i) for i in matched or []]
+    @staticmethod
+    def _listed(backend: Any, flt: dict[str, Any] | None) -> list[dict[str, Any]]:
+        """The live documents matching ``flt`` (``None``: all), through the backend's listing."""
+        if not callable(getattr(backend, "documents", None)):
+            raise ConfigError(f"listing nodes by filter needs a backend that lists documents (a Searcher, "
+                              f"HybridRetriever or Client), not a {type(backend).__name__}; "
+                              "get_nodes(node_ids=...) works on any backend")
+        return list(backend.documents(flt))
 
     def _note_embeddings(self, nodes: list[BaseNode]) -> None:
         if self._warned_embeddings:
