@@ -164,7 +164,8 @@ class HitSource:
         self.encoder = encoder
         self.matcher = matcher or WordMatcher()
 
-    def view(self, hits: Hits, i: int) -> list[Hit]:
+    def view(self, hits: Hits, i: int, *, details: bool = True) -> list[Hit]:
+        """Query ``i``'s hits; ``details=False`` leaves out matched terms and snippets."""
         out: list[Hit] = []
         snap = self.snap
         for j, row in enumerate(hits.rows[i]):
@@ -172,12 +173,12 @@ class HitSource:
                 continue
             title, text, meta = snap.get(int(row))
             matched: list[MatchedTerm] = []
-            if hits.query_sparse is not None:
+            if details and hits.query_sparse is not None:
                 matched = self._matched_terms(hits.query_sparse[i], int(row), (title + " " + text).strip())
             out.append(Hit(id=str(hits.ids[i, j]), rank=j + 1, score=float(hits.scores[i, j]),
                            scores={name: float(v[i, j]) for name, v in hits.components.items()},
                            title=title, text=text, matched_terms=matched, metadata=meta,
-                           snippets=hit_snippets(hits.queries[i], text, matched, self.matcher),
+                           snippets=hit_snippets(hits.queries[i], text, matched, self.matcher) if details else [],
                            relevance=float(hits.relevance[i, j]) if hits.relevance is not None else None))
         return out
 

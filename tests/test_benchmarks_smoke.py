@@ -124,3 +124,14 @@ def test_living_script_quick(tmp_path):
         assert check["sparse"]["queries_top10_differ"] == check["sparse"]["of_which_ties_at_equal_scores"]
     _run(BENCH / "report.py", "--results", res, "--out", tmp_path / "docs" / "benchmarks.md", cwd=tmp_path)
     assert "## Living index" in (tmp_path / "docs" / "benchmarks.md").read_text()
+
+
+def test_llamaindex_store_script(tiny, tmp_path):
+    pytest.importorskip("llama_index.core", reason="LlamaIndex adapter: pip install 'hybridret[llamaindex]'")
+    out = _run(BENCH / "llamaindex_store.py", "--dataset", tiny / "tiny-beir", "--out", tmp_path / "li.json",
+               cwd=tmp_path)
+    assert "llamaindex store" in out
+    rows = {r["way"]: r for r in json.loads((tmp_path / "li.json").read_text())["rows"]}
+    assert set(rows) == {"hybridret docs", "hybridret chunks", "llamaindex store"}
+    assert rows["llamaindex store"]["nodes"] >= rows["hybridret docs"]["nodes"] == 60
+    assert all(0 < r["nDCG@10"] <= 1 for r in rows.values())

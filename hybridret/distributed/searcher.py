@@ -56,7 +56,8 @@ class ShardedHitSource:
         self.searcher, self.commits = searcher, commits
         self.matcher = WordMatcher()
 
-    def view(self, hits: Hits, i: int) -> list[Hit]:
+    def view(self, hits: Hits, i: int, *, details: bool = True) -> list[Hit]:
+        """Query ``i``'s hits; ``details=False`` leaves out matched terms and snippets."""
         keys = hits.rows[i]
         shard, row = split_key(keys)
         docs: dict[int, dict[str, Any]] = {}
@@ -72,14 +73,14 @@ class ShardedHitSource:
                 continue
             d = docs[int(key)]
             matched: list[MatchedTerm] = []
-            if hits.query_sparse is not None and d["sparse"] is not None:
+            if details and hits.query_sparse is not None and d["sparse"] is not None:
                 enc = enc or self.searcher._encoder.get()
                 matched = matched_view(enc, hits.query_sparse[i], *d["sparse"],
                                        (d["title"] + " " + d["text"]).strip(), matcher)
             out.append(Hit(id=d["id"], rank=j + 1, score=float(hits.scores[i, j]),
                            scores={n: float(v[i, j]) for n, v in hits.components.items()}, title=d["title"],
                            text=d["text"], matched_terms=matched, metadata=d["metadata"],
-                           snippets=hit_snippets(hits.queries[i], d["text"], matched, matcher)))
+                           snippets=hit_snippets(hits.queries[i], d["text"], matched, matcher) if details else []))
         return out
 
 

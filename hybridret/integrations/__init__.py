@@ -9,6 +9,7 @@ signature: a :class:`~hybridret.Searcher` (read-only, thread-safe), a
     from hybridret.integrations import HybridRetLangChainRetriever       # pip install 'hybridret[langchain]'
     from hybridret.integrations import HybridRetVectorStore              # pip install 'hybridret[langchain]'
     from hybridret.integrations import HybridRetLlamaIndexRetriever      # pip install 'hybridret[llamaindex]'
+    from hybridret.integrations import HybridRetLlamaIndexVectorStore    # pip install 'hybridret[llamaindex]'
     from hybridret.integrations import HybridRetHaystackRetriever        # pip install 'hybridret[haystack]'
     from hybridret.integrations import HybridRetDocumentStore            # pip install 'hybridret[haystack]'
 """
@@ -23,6 +24,7 @@ __all__ = [
     "HybridRetHaystackRetriever",
     "HybridRetLangChainRetriever",
     "HybridRetLlamaIndexRetriever",
+    "HybridRetLlamaIndexVectorStore",
     "HybridRetVectorStore",
     "haystack_filter_to_hybridret",
     "llamaindex_filters_to_hybridret",
@@ -32,6 +34,7 @@ _WHERE = {
     "HybridRetLangChainRetriever": "langchain",
     "HybridRetVectorStore": "langchain",
     "HybridRetLlamaIndexRetriever": "llamaindex",
+    "HybridRetLlamaIndexVectorStore": "llamaindex",
     "llamaindex_filters_to_hybridret": "llamaindex",
     "HybridRetHaystackRetriever": "haystack",
     "HybridRetDocumentStore": "haystack_store",

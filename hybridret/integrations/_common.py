@@ -43,15 +43,18 @@ def as_backend(obj: SearchBackend | str | Path, *, writable: bool = False) -> Se
     return cast(SearchBackend, obj)
 
 
-def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: str, filter: Any,
-                   **options: Any) -> list[list[Hit]]:
+def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: str, filter: Any, *,
+                   details: bool = True, **options: Any) -> list[list[Hit]]:
     """One batched search; the hits of each query as :class:`~hybridret.Hit` lists. ``options``
-    (``group_by``, ``group_size``) go to the search only when set (any backend takes the rest)."""
+    (``group_by``, ``group_size``, ``fusion``) go to the search only when set (any backend takes the
+    rest). ``details=False``: hits without matched terms and snippets where the results can leave
+    them out (:meth:`Hits.plain <hybridret.types.Hits.plain>`; a Client's come with them)."""
     if isinstance(filter, dict) and not filter:
         filter = None  # {} means "no filter" in every framework
     options = {name: v for name, v in options.items() if v is not None}
     hits = backend.search(queries, k, method=method, filter=filter, **options)
-    return [list(hits[i]) for i in range(len(queries))]
+    view = hits.plain if not details and callable(getattr(hits, "plain", None)) else hits.__getitem__
+    return [list(view(i)) for i in range(len(queries))]
 
 
 def grouping(group_by: Any, group_size: Any) -> dict[str, Any]:
