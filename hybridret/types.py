@@ -166,19 +166,15 @@ class Hits:
         return int(self.rows.shape[0])
 
     def __getitem__(self, i: int) -> list[Hit]:
-        if self._views is not None:
-            return self._views[i]
-        if self._source is None:
-            raise RuntimeError("these Hits are not attached to an index")
-        if not -len(self) <= i < len(self):
-            raise IndexError(f"query {i} out of range for {len(self)} queries")
-        i = i % len(self)
-        return self._placed(i, self._source.view(self, i))
+        return self._view(i, details=True)
 
     def plain(self, i: int) -> list[Hit]:
         """Query ``i``'s results as ``hits[i]`` gives them, without ``matched_terms`` and
         ``snippets`` (working those out is most of what a hit view costs, about a millisecond a
         hit); for callers that show neither, such as the LlamaIndex adapters."""
+        return self._view(i, details=False)
+
+    def _view(self, i: int, *, details: bool) -> list[Hit]:
         if self._views is not None:
             return self._views[i]
         if self._source is None:
@@ -186,7 +182,7 @@ class Hits:
         if not -len(self) <= i < len(self):
             raise IndexError(f"query {i} out of range for {len(self)} queries")
         i = i % len(self)
-        return self._placed(i, self._source.view(self, i, details=False))
+        return self._placed(i, self._source.view(self, i, details=details))
 
     def _placed(self, i: int, view: list[Hit]) -> list[Hit]:
         """Ranks from ``offset + 1`` (grouped: the group's rank) and each hit's group key."""
