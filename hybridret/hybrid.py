@@ -104,6 +104,8 @@ class FusionConfig:
             raise ConfigError(f"unknown retrievers {bad} in fusion retrievers; expected some of {', '.join(REGISTRY)}")
         if self.weights is not None:
             _weights(self.weights, "weights", self.retrievers)
+            if not self.weights:  # {} fuses with the default (equal) weights: one spelling of that
+                object.__setattr__(self, "weights", None)
         _weights(self.guide, "guide")
         if isinstance(self.depth, bool) or not isinstance(self.depth, (int, np.integer)):
             raise ConfigError(f"fusion depth must be an integer, got {self.depth!r}")

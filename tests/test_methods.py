@@ -124,7 +124,7 @@ def test_cli_api_and_searcher_accept_the_same_methods(retriever):
 
     names = method_names(REGISTRY)
     choices = cli_choices()
-    assert set(choices) == {"search", "eval", "mine-negatives"}
+    assert set(choices) == {"search", "eval", "mine-negatives", "calibrate"}
     assert all(c == names for c in choices.values())
     info, enum = api_methods(create_app(retriever))
     assert tuple(info) == tuple(enum) == names

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from hybridret.data import _DOC_HEADER_IDS, _QUERY_HEADER_IDS, CorpusReader, Document, load_beir, load_qrels, load_queries  # noqa: E402
@@ -385,6 +385,7 @@ _fusion_key = st.sampled_from(["method", "retrievers", "weights", "normalisation
 @PROPS
 @given(data=st.dictionaries(_fusion_key, st.one_of(_fusion_value, st.sampled_from(
     ["linear", "rrf", "gqr", "minmax", "zscore", "fixed", "agreement"])), max_size=6))
+@example(data={"weights": {}})  # found by hypothesis: {} came back from to_dict as None
 def test_fusion_settings_are_a_config_or_a_config_error(data):
     from hybridret.errors import ConfigError
     from hybridret.hybrid import MAX_CANDIDATES, FusionConfig
