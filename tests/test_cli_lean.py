@@ -17,6 +17,7 @@ from hybridret import HybridRetriever
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
+NUMPY_BERT = "hybridret.encoders._tokenizer"  # loaded when a model runs on the numpy backend
 ALL = (*HEAVY, "numba")  # numba too: loading its kernels costs ~1 s, and a small BM25 search needs none
 
 # Runs one CLI command in a fresh interpreter and reports which heavy modules it imported.
@@ -26,11 +27,12 @@ from hybridret.cli import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
 print("\\nPROBE " + json.dumps({"code": code, "loaded": sorted(m for m in %r if m in sys.modules)}))
-""" % (HEAVY,)
+""" % (HEAVY + (NUMPY_BERT,),)
 
 
-def probe(*argv: str) -> tuple[int, list[str], str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", OMP_WAIT_POLICY="PASSIVE")
+def probe(*argv: str, **extra_env: str) -> tuple[int, list[str], str]:
+    env = {k: v for k, v in os.environ.items() if k != "HYBRIDRET_ENCODER_BACKEND"}  # the CLI's own choice
+    env.update(PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", OMP_WAIT_POLICY="PASSIVE", **extra_env)
     res = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, cwd=REPO,
                          timeout=300)
     line = [x for x in res.stdout.splitlines() if x.startswith("PROBE ")]
@@ -66,10 +68,26 @@ def test_bm25_search_loads_no_torch(index):
     assert loaded == [], f"a BM25 search imported {loaded}"  # numba neither: a small store searches in numpy
 
 
-def test_hybrid_search_still_loads_the_models(index):
-    """The other side of the check above: the probe does see torch when a command needs it."""
-    code, loaded, _ = probe("-q", "search", str(index), "tectonic plates", "-k", "1")
-    assert code == 0 and set(HEAVY) <= set(loaded)
+def test_hybrid_search_runs_the_models_on_numpy_and_torch_when_asked(index):
+    """A query-side command runs the models on numpy even where torch is installed (its import costs
+    more than the command's encoding); HYBRIDRET_ENCODER_BACKEND=torch brings torch back, and the probe
+    sees it (the other side of the checks above)."""
+    code, loaded, out = probe("-q", "search", str(index), "tectonic plates", "-k", "1", "--json")
+    assert code == 0 and loaded == [NUMPY_BERT]
+    first = json.loads(out.split("\nPROBE")[0])["hits"][0]
+    code, loaded, out = probe("-q", "search", str(index), "tectonic plates", "-k", "1", "--json",
+                              HYBRIDRET_ENCODER_BACKEND="torch")
+    assert code == 0 and set(HEAVY) <= set(loaded) and NUMPY_BERT not in loaded
+    again = json.loads(out.split("\nPROBE")[0])["hits"][0]
+    assert again["id"] == first["id"] and again["score"] == pytest.approx(first["score"], rel=1e-4)
+
+
+def test_the_query_side_preference_ends_with_the_command(index, capsys):
+    from hybridret.cli import main
+    from hybridret.encoders.backends import auto_override
+
+    assert main(["-q", "search", str(index), "tectonic plates", "-k", "1"]) == 0
+    assert auto_override() is None  # an in-process caller's encoders are not changed by a CLI call
 
 
 def test_get_delete_compact_load_no_torch(copy):

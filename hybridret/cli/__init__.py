@@ -17,6 +17,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from .._version import __version__
@@ -64,6 +65,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that encode only queries: their encoders prefer the numpy backend (the same vectors; see
+# hybridret.encoders.backends.prefer_numpy_for_queries)
+QUERY_SIDE = frozenset({"search", "eval", "tune", "calibrate"})
+
+
+def query_side(command: str) -> AbstractContextManager[None]:
+    """numpy's start-up, not torch's, for a command that encodes only queries."""
+    if command not in QUERY_SIDE:
+        return nullcontext()
+    from ..encoders.backends import prefer_numpy_for_queries
+
+    return prefer_numpy_for_queries()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code (0 ok, 1 error, 2 usage, 130 interrupted, 141 output pipe
     closed). Expected failures (bad input, missing or unwritable files, a full disk, text that is
@@ -78,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_logging(args)
     try:
         check_text_args(args)
-        code: int = args.run(args)
+        with query_side(args.command):
+            code: int = args.run(args)
         sys.stdout.flush()  # here, so that a closed pipe is seen now and not at interpreter exit
         return code
     except BrokenPipeError:

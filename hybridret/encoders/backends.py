@@ -14,7 +14,8 @@ Backends (benchmarks/encode_speed.py measures each):
   quality cost (dense cosine to float32 ~0.98; nDCG@10 within ~0.01).
 * ``"auto"`` (the default): ``"torch"`` where torch is installed (CUDA or CPU: see
   :data:`CPU_PREFERS_NUMPY`), else ``"numpy"`` for a model it runs; a model numpy cannot run needs torch.
-  The environment variable ``HYBRIDRET_ENCODER_BACKEND`` (``numpy`` / ``torch``) overrides that choice.
+  The environment variable ``HYBRIDRET_ENCODER_BACKEND`` (``numpy`` / ``torch``) overrides that choice;
+  the CLI's query-side commands (``search``, ``eval``, ``tune``, ``calibrate``) prefer numpy unless it is set.
 
 The torch backends need the ``torch`` extra (``pip install 'hybridret[torch]'``); without it they
 raise :class:`~hybridret.errors.MissingDependencyError` saying so. The float32 backends
@@ -27,12 +28,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import ConfigError, EncoderError, MissingDependencyError
 
 __all__ = ["AUTO_ENV", "BACKENDS", "CPU_PREFERS_NUMPY", "DEFAULT_BACKEND", "FLOAT32_BACKENDS", "TORCH_INSTALL",
-           "auto_override", "backend_config",
+           "auto_override", "backend_config", "prefer_numpy_for_queries",
            "check_backend", "cuda_possible", "pick_device", "require_torch", "resolve_backend", "torch_installed"]
 
 BACKENDS = ("auto", "numpy", "torch", "torch-bf16", "torch-int8")
@@ -44,8 +47,9 @@ TORCH_INSTALL = "pip install 'hybridret[torch]'"
 # faster (both models: 9.8-9.9 vs 6.5-6.6 docs/s) and one query ~1.3x faster (median 39-56 vs 49-71 ms);
 # numpy is the default where torch is absent. backend="numpy" chooses numpy anyway.
 CPU_PREFERS_NUMPY = False
-# Set to "numpy" or "torch": what "auto" resolves to in this process (for every encoder, CPU or not)
+# Set to "numpy" or "torch": what "auto" prefers in this process
 AUTO_ENV = "HYBRIDRET_ENCODER_BACKEND"
+_QUERY_PREFERENCE: str | None = None  # "numpy" inside prefer_numpy_for_queries(), when AUTO_ENV is unset
 
 
 def torch_installed() -> bool:
@@ -118,11 +122,13 @@ def resolve_backend(backend: str, path: str | Path, device: str, *, numpy_blocke
     """
     from ._numpy_bert import numpy_support
 
-    if backend == "auto":
-        backend = auto_override() or backend
+    override = auto_override() if backend == "auto" else None
+    if override == "torch":
+        backend = "torch"
     check_backend(backend, device)
     cpu = str(device).startswith("cpu")
-    if backend == "numpy" or (backend == "auto" and cpu and (CPU_PREFERS_NUMPY or not torch_installed())):
+    prefers_numpy = CPU_PREFERS_NUMPY or override == "numpy" or not torch_installed()
+    if backend == "numpy" or (backend == "auto" and cpu and prefers_numpy):
         why = numpy_blocker or numpy_support(path)
         if why is None:
             return "numpy"
@@ -137,15 +143,33 @@ def resolve_backend(backend: str, path: str | Path, device: str, *, numpy_blocke
 
 
 def auto_override() -> str | None:
-    """What ``"auto"`` means in this process when :data:`AUTO_ENV` is set: ``"numpy"`` or ``"torch"``
-    (e.g. ``HYBRIDRET_ENCODER_BACKEND=numpy`` keeps a short-lived CLI search off torch's start-up where
-    torch is installed); ``None`` when unset."""
+    """What ``"auto"`` means in this process when :data:`AUTO_ENV` is set: ``"numpy"`` (numpy for
+    every model it runs, torch for the others) or ``"torch"``; ``None`` when unset. The CLI's
+    query-side commands prefer ``numpy`` while they run, unless the variable is set
+    (:func:`prefer_numpy_for_queries`)."""
     value = os.environ.get(AUTO_ENV, "").strip().lower()
-    if not value or value == "auto":
+    if not value:
+        return _QUERY_PREFERENCE
+    if value == "auto":
         return None
     if value not in ("numpy", "torch"):
         raise ConfigError(f"{AUTO_ENV}={os.environ[AUTO_ENV]!r}: expected numpy, torch or auto")
     return value
+
+
+@contextmanager
+def prefer_numpy_for_queries() -> Iterator[None]:
+    """Within the block, ``auto`` prefers numpy unless :data:`AUTO_ENV` says otherwise: for a
+    short-lived command that encodes only queries (the CLI's ``search``, ``eval``, ``tune``,
+    ``calibrate``). Importing torch and transformers costs more than such a command's encoding
+    (``benchmarks/cli_startup.py``, torch installed: a hybrid ``hybridret search`` 9.7 s on torch,
+    2.4 s without torch); the vectors are the same."""
+    global _QUERY_PREFERENCE
+    before, _QUERY_PREFERENCE = _QUERY_PREFERENCE, "numpy"
+    try:
+        yield
+    finally:
+        _QUERY_PREFERENCE = before
 
 
 def backend_config(backend: str) -> dict[str, str]:
