@@ -249,3 +249,35 @@ def test_same_top10_and_indexes_searchable_across_backends(pairs, small_corpus, 
         opened = HybridRetriever.load(tmp_path / built_with, encoder=pairs[other])
         assert np.array_equal(opened.search(QUERIES, k=10).ids, built[built_with].search(QUERIES, k=10).ids)
     assert HybridRetriever.load(tmp_path / "torch").encoder.config() == pairs["numpy"].config()
+
+
+def test_one_blas_thread_is_numpys_not_faiss(tmp_path: Path) -> None:
+    """FAISS bundles an OpenBLAS of its own, loaded first when an index opens before a query is
+    encoded: the block must change numpy's thread count (the one its products use), not FAISS's."""
+    code = """
+import ctypes, os, faiss, numpy
+from hybridret.encoders._blas_threads import single_blas_thread
+libs = os.path.dirname(numpy.__file__) + ".libs"
+maps = {line.split(maxsplit=5)[-1].strip() for line in open("/proc/self/maps") if "openblas" in line.lower()}
+own = [p for p in maps if p.startswith(libs)]
+if not own:
+    print("SKIP no bundled OpenBLAS"); raise SystemExit
+get = next(getattr(ctypes.CDLL(own[0]), n) for n in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                                                  "openblas_get_num_threads") if hasattr(ctypes.CDLL(own[0]), n))
+get.restype = ctypes.c_int
+before, omp = get(), faiss.omp_get_max_threads()
+with single_blas_thread():
+    inside, omp_inside = get(), faiss.omp_get_max_threads()
+print(before, inside, get(), omp, omp_inside)
+"""
+    import subprocess
+    import sys
+
+    env = {**__import__("os").environ, "OPENBLAS_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    if out.stdout.startswith("SKIP"):
+        pytest.skip("this numpy bundles no OpenBLAS")
+    before, inside, after, omp, omp_inside = map(int, out.stdout.split())
+    assert (before, inside, after) == (2, 1, 2)  # numpy's pool: one thread inside, restored after
+    assert omp_inside == omp  # FAISS's threads untouched

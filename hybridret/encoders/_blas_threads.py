@@ -8,9 +8,10 @@ that follows a query encoding (the same effect ``OMP_WAIT_POLICY=PASSIVE`` remov
 
 :func:`single_blas_thread` sets OpenBLAS's thread count to one for the duration of a ``with`` block,
 through OpenBLAS's documented ``openblas_set_num_threads`` (under the symbol names numpy's and other
-builds export), found among the libraries this process has loaded. The count is process-wide: nested
-and concurrent blocks share one reference count, and the count before the first is restored when the
-last one ends. Where no OpenBLAS is loaded (MKL, Apple's Accelerate) the block changes nothing.
+builds export) of the OpenBLAS numpy itself loaded (never FAISS's private copy, which is loaded too).
+The count is process-wide: nested and concurrent blocks share one reference count, and the count
+before the first is restored when the last one ends. Where no OpenBLAS is loaded (MKL, Apple's
+Accelerate) the block changes nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import ctypes
 import logging
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,7 +45,7 @@ def _find() -> tuple[Any, Any] | None:
             paths = {line.split(maxsplit=5)[-1].strip() for line in fh if "openblas" in line.lower()}
     except OSError:
         return None
-    for path in sorted(p for p in paths if p.startswith("/")):
+    for path in _numpy_first(p for p in paths if p.startswith("/")):
         try:
             lib = ctypes.CDLL(path)
         except OSError:
@@ -59,6 +60,22 @@ def _find() -> tuple[Any, Any] | None:
                     logger.debug("OpenBLAS thread control: %s (%s_set_num_threads%s)", path, prefix, suffix)
                     return setter, getter
     return None
+
+
+def _numpy_first(paths: Iterable[str]) -> list[str]:
+    """numpy's own OpenBLAS (in its package folder or the wheel's ``numpy.libs``) before any other;
+    others (a system OpenBLAS a distribution's numpy links) only where numpy bundles none, and never
+    another wheel's private copy (``faiss_cpu.libs``, ``scipy.libs``: changing those would change
+    FAISS's threads, not numpy's)."""
+    import os
+
+    import numpy
+
+    home = os.path.dirname(os.path.abspath(numpy.__file__))
+    own = [p for p in paths if p.startswith((home + os.sep, home + ".libs" + os.sep))]
+    if own:
+        return sorted(own)
+    return sorted(p for p in paths if not os.path.basename(os.path.dirname(p)).endswith(".libs"))
 
 
 def _control() -> tuple[Any, Any] | None:
