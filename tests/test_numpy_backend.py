@@ -87,6 +87,26 @@ def test_damaged_safetensors_is_an_encoder_error_naming_the_file(tmp_path: Path,
         read_safetensors(path)
 
 
+@pytest.mark.parametrize("entry", [{"dtype": ["F32"], "shape": [4], "data_offsets": [0, 16]},
+                                   {"dtype": "F32", "shape": [1e400], "data_offsets": [0, 16]},
+                                   {"dtype": "F32", "shape": [4], "data_offsets": ["0", 16]},
+                                   {"dtype": "F32", "shape": [True, 4], "data_offsets": [0, 16]}])
+def test_header_values_of_the_wrong_type_are_an_encoder_error(tmp_path: Path, entry: dict) -> None:
+    path = tmp_path / "model.safetensors"
+    blob = json.dumps({"w": entry}).replace("Infinity", "1e400").encode()
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob + np.arange(4, dtype="<f4").tobytes())
+    with pytest.raises(EncoderError, match="model.safetensors.*malformed header entry"):
+        read_safetensors(path)
+
+
+def test_a_deeply_nested_header_is_an_encoder_error(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    blob = b"[" * 100_000 + b"]" * 100_000
+    path.write_bytes(struct.pack("<Q", len(blob)) + blob)
+    with pytest.raises(EncoderError, match="model.safetensors"):
+        read_safetensors(path)
+
+
 # ---------------------------------------------------------------------------- the backend choice
 
 

@@ -50,7 +50,7 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
         raise EncoderError(f"{path}: not a safetensors file (header of {size} bytes in a {len(data)}-byte file)")
     try:
         header = json.loads(data[8 : 8 + size].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise EncoderError(f"{path}: unreadable safetensors header: {exc}") from exc
     if not isinstance(header, dict):
         raise EncoderError(f"{path}: the safetensors header is not a JSON object")
@@ -63,13 +63,20 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
     return out
 
 
+def _whole(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
 def _tensor(path: Path, name: str, entry: object, body: memoryview) -> np.ndarray:
     try:
         dtype_name = entry["dtype"]  # type: ignore[index]
-        shape = [int(d) for d in entry["shape"]]  # type: ignore[index]
-        begin, end = (int(x) for x in entry["data_offsets"])  # type: ignore[index]
+        shape = list(entry["shape"])  # type: ignore[index]
+        begin, end = entry["data_offsets"]  # type: ignore[index]
     except (TypeError, KeyError, ValueError) as exc:
         raise EncoderError(f"{path}: tensor {name!r} has a malformed header entry ({exc})") from None
+    if not isinstance(dtype_name, str) or not all(_whole(x) for x in (*shape, begin, end)):
+        raise EncoderError(f"{path}: tensor {name!r} has a malformed header entry (dtype must be a string, shape and "
+                           f"data_offsets whole numbers; got {dtype_name!r}, {shape!r}, {[begin, end]!r})")
     if dtype_name != "BF16" and dtype_name not in _DTYPES:
         raise EncoderError(f"{path}: tensor {name!r} has dtype {dtype_name}, which hybridret does not read")
     itemsize = 2 if dtype_name == "BF16" else _DTYPES[dtype_name].itemsize
