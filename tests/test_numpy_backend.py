@@ -301,3 +301,21 @@ print(before, inside, get(), omp, omp_inside)
     before, inside, after, omp, omp_inside = map(int, out.stdout.split())
     assert (before, inside, after) == (2, 1, 2)  # numpy's pool: one thread inside, restored after
     assert omp_inside == omp  # FAISS's threads untouched
+
+
+@pytest.mark.parametrize("change", [{"hidden_size": None}, {"num_attention_heads": 0}, {"vocab_size": "big"},
+                                    {"intermediate_size": 1.5}])
+def test_a_bad_config_is_an_encoder_error_naming_the_field(tmp_path: Path, change: dict) -> None:
+    from hybridret.encoders._numpy_bert import NumpyBert
+
+    folder = tmp_path / "model"
+    shutil.copytree(resolve_model("splade-tiny"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    for key, value in change.items():
+        if value is None:
+            del config[key]
+        else:
+            config[key] = value
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(EncoderError, match=f"config.json: {next(iter(change))} (is missing|must be a positive)"):
+        NumpyBert(folder, mlm=True)

@@ -46,10 +46,21 @@ class BertConfig:
     layer_norm_eps: float
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> BertConfig:
-        return cls(int(raw["hidden_size"]), int(raw["num_hidden_layers"]), int(raw["num_attention_heads"]),
-                   int(raw["intermediate_size"]), int(raw.get("max_position_embeddings", 512)), int(raw["vocab_size"]),
-                   float(raw.get("layer_norm_eps", 1e-12)))
+    def from_dict(cls, raw: dict[str, Any], where: str = "config.json") -> BertConfig:
+        """Raises :class:`EncoderError` naming ``where`` and the field for a missing or bad value."""
+        sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+        values: dict[str, Any] = {"max_position_embeddings": 512, "layer_norm_eps": 1e-12}
+        for name in (*sizes, "max_position_embeddings", "layer_norm_eps"):
+            if name not in raw and name in sizes:
+                raise EncoderError(f"{where}: {name} is missing")
+            value = raw.get(name, values.get(name))
+            kind = float if name == "layer_norm_eps" else int
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or not value > 0 or (kind is int and value != int(value)):
+                raise EncoderError(f"{where}: {name} must be a positive {'number' if kind is float else 'integer'}, "
+                                   f"got {value!r}")
+            values[name] = kind(value)
+        return cls(**values)
 
 
 def _read_config(path: Path) -> dict[str, Any]:
@@ -203,7 +214,7 @@ class NumpyBert:
         why = numpy_support(self.path)
         if why is not None:
             raise EncoderError(f"model {str(path)!r} cannot run on the numpy backend: {why}")
-        self.config = cfg = BertConfig.from_dict(_read_config(self.path))
+        self.config = cfg = BertConfig.from_dict(_read_config(self.path), str(self.path / "config.json"))
         if cfg.hidden_size % cfg.num_attention_heads:
             raise EncoderError(f"{self.path}: hidden_size {cfg.hidden_size} is not a multiple of "
                                f"num_attention_heads {cfg.num_attention_heads}")
@@ -243,6 +254,9 @@ class NumpyBert:
             raise EncoderError(f"{n} tokens exceed the model's {cfg.max_position_embeddings} positions")
         heads, h = cfg.num_attention_heads, cfg.hidden_size
         d = h // heads
+        if input_ids.size and (int(input_ids.max()) >= cfg.vocab_size or int(input_ids.min()) < 0):
+            raise EncoderError(f"{self.path}: the tokenizer gave token id {int(input_ids.max())}, beyond the model's "
+                               f"vocab_size {cfg.vocab_size}: tokenizer.json does not belong to these weights")
         x = self.word[input_ids]  # (B, L, H), a new array
         x += self.position[:n]
         x += self.token_type0
