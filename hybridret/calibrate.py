@@ -111,7 +111,15 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, weights: np.ndarray | None = N
 
 def _model(data: Judged, features: tuple[str, ...], fusion: dict[str, Any] | None = None) -> LogisticModel:
     x = np.stack([np.asarray(data.features[f], dtype=np.float64) for f in features], axis=1)
-    b0, w = fit_logistic(x, data.labels, weights=data.weights)
+    keep = np.isfinite(x).all(axis=1)  # a hit a retriever did not score (NaN) says nothing of that feature
+    labels = np.asarray(data.labels)[keep]
+    weights = None if data.weights is None else np.asarray(data.weights)[keep]
+    if not keep.any():
+        raise ConfigError(f"cannot fit a relevance calibration of {list(features)}: no judged hit has all of them")
+    b0, w = fit_logistic(x[keep], labels, weights=weights)
+    if not (math.isfinite(b0) and np.isfinite(w).all()):
+        raise ConfigError(f"the relevance calibration of {list(features)} did not converge (non-finite coefficients); "
+                          "judge more hits, of both grades")
     return LogisticModel(features, round(b0, 6), tuple(round(float(v), 6) for v in w), fusion)
 
 

@@ -265,3 +265,20 @@ def test_langchain_and_client_relevance_through_a_server(retriever):
         with pytest.raises(ConfigError, match="relevance"):
             client.search(TEXTS[:1], 3, relevance=1)
         _langchain_checks(client, retriever)
+
+
+def test_a_hit_a_retriever_did_not_score_is_left_out_of_the_fit() -> None:
+    """NaN features (a fused hit one retriever did not score) must not make NaN coefficients, which
+    would be stored and break every later relevance search."""
+    import numpy as np
+
+    from hybridret.calibrate import Judged, _model
+
+    rng = np.random.default_rng(0)
+    dense = rng.normal(size=200)
+    labels = (dense + rng.normal(scale=0.5, size=200) > 0).astype(float)
+    bm25 = rng.normal(size=200)
+    bm25[::7] = np.nan
+    data = Judged(features={"dense": dense, "bm25": bm25}, labels=labels, query=np.arange(200) // 10, fusion=None)
+    model = _model(data, ("dense", "bm25"))
+    assert np.isfinite([model.intercept, *model.weights]).all() and model.weights[0] > 0
