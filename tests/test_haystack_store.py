@@ -293,3 +293,15 @@ def test_server_store_serialises_its_url_and_the_key_s_variable(server, monkeypa
         HybridRetDocumentStore(url, api_key=Secret.from_token(KEY)).to_dict()
     store.close()
     again.close()
+
+
+def test_two_first_writes_at_once_keep_both(paired_encoder):
+    """Both writers see an unbuilt store; one builds the index, the other writes into it (before the
+    lock, each built its own and one batch was lost while its ids were reported written)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = HybridRetDocumentStore(encoder=paired_encoder)
+    batches = [[Document(id=f"{w}{i}", content=f"document {i} of writer {w}") for i in range(3)] for w in "ab"]
+    with ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(store.write_documents, batches)) == [3, 3]
+    assert store.count_documents() == 6

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import importlib
 import math
+import threading
 from pathlib import Path
 from typing import Any, cast
 
 from ..errors import ConfigError
 from ..types import Hit, SearchBackend
 
-__all__ = ["as_backend", "finite_scores", "group_fields", "grouping", "hits_per_query", "location_of", "open_location",
-           "require"]
+__all__ = ["FIRST_BUILD", "as_backend", "finite_scores", "group_fields", "grouping", "hits_per_query", "location_of",
+           "open_location", "require"]
+
+
+# Held by a framework store while it checks whether its index exists and, if not, builds it with the
+# first write: two first writes at once must not build two indexes (one of them lost)
+FIRST_BUILD = threading.Lock()
 
 
 def require(module: str, extra: str, framework: str) -> Any:

@@ -36,6 +36,7 @@ from typing import Any
 
 from ..errors import ConfigError, CorpusFormatError, IndexExistsError
 from ..types import Hit
+from ._common import FIRST_BUILD as _FIRST_BUILD
 from ._common import as_backend, finite_scores, require
 
 require("haystack", "haystack", "Haystack")
@@ -324,12 +325,13 @@ class HybridRetDocumentStore:
     def _write(self, docs: list[dict[str, Any]], *, upsert: bool) -> int:
         """Add or upsert hybridret documents (committed on return); how many were encoded."""
         backend = self.backend
-        if self._unbuilt():  # the first write builds the index (in its directory, if one was given)
-            workdir = self._build_at
-            backend.index(docs, workdir=workdir, show_progress=False)
-            if workdir is not None:
-                self._build_at = None
-            return len(docs)
+        with _FIRST_BUILD:  # two first writes at once: one builds, the other then writes into it
+            if self._unbuilt():  # the first write builds the index (in its directory, if one was given)
+                workdir = self._build_at
+                backend.index(docs, workdir=workdir, show_progress=False)
+                if workdir is not None:
+                    self._build_at = None
+                return len(docs)
         if hasattr(backend, "searcher") and hasattr(backend, "index"):  # a HybridRetriever: documents stay whole
             return _count((backend.upsert if upsert else backend.add)(docs, show_progress=False, chunk_tokens=0),
                           "encoded")

@@ -35,6 +35,7 @@ from typing import Any
 
 from ..errors import ConfigError, HybridRetWarning
 from ..types import SearchBackend
+from ._common import FIRST_BUILD as _FIRST_BUILD
 from ._common import as_backend, hits_per_query, require
 from ._llamaindex_nodes import REF_KEY, node_to_entry, stored_to_node
 
@@ -168,11 +169,13 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
         if not entries:
             return []
         self._note_embeddings(nodes)
-        if _is_fresh(backend):
-            backend.index(_unique(entries), **kwargs)
-        elif _is_retriever(backend):
+        with _FIRST_BUILD:  # two first writes at once: one builds, the other then upserts into it
+            built = _is_fresh(backend)
+            if built:
+                backend.index(_unique(entries), **kwargs)
+        if not built and _is_retriever(backend):
             backend.upsert(_unique(entries), chunk_tokens=0, **kwargs)  # nodes are chunks already
-        else:
+        elif not built:
             self._check_client(backend)
             for batch in _batches(_unique(entries), self._write_limit(backend)):
                 backend.upsert(batch, **kwargs)
