@@ -163,7 +163,9 @@ def prefer_numpy_for_queries() -> Iterator[None]:
     short-lived command that encodes only queries (the CLI's ``search``, ``eval``, ``tune``,
     ``calibrate``). Importing torch and transformers costs more than such a command's encoding
     (``benchmarks/cli_startup.py``, torch installed: a hybrid ``hybridret search`` 9.7 s on torch,
-    2.4 s without torch); the vectors are the same."""
+    2.4 s without torch); the vectors are the same. The preference is process-wide while the block
+    runs (every encoder loaded then, in any thread): meant for the CLI's one command at a time, not
+    for concurrent library use, where ``backend=`` or :data:`AUTO_ENV` say what to run."""
     global _QUERY_PREFERENCE
     before, _QUERY_PREFERENCE = _QUERY_PREFERENCE, "numpy"
     try:
