@@ -32,22 +32,23 @@ LABELS = {
     "bm25-store-pruned": "BM25: BM25Store, pruned",
     "bm25s-numba": "BM25: bm25s numba, incl. tokenising (peer)",
     "bm25s-numba-pretokenised": "BM25: bm25s numba, pre-tokenised queries",
-    "dense-hybridret": "dense: hybridret DenseIndex Flat, batch",
+    "dense-hybridret": "dense: hybridret DenseIndex as built (size rule: Flat, or IVF-RaBitQ + exact re-scoring), batch",
     "dense-faiss": "dense: FAISS IndexFlatIP.search, batch",
     "dense-numpy": "dense: numpy matmul + argpartition, 64-query blocks",
-    "dense-hybridret-b256": "dense: hybridret DenseIndex Flat, 256-query batches (the hybrid's fusion chunk)",
-    "dense-hybridret-single": "dense: hybridret DenseIndex Flat, one query at a time",
+    "dense-hybridret-b256": "dense: hybridret DenseIndex as built, 256-query batches (the hybrid's fusion chunk)",
+    "dense-hybridret-single": "dense: hybridret DenseIndex as built, one query at a time",
     "dense-faiss-single": "dense: FAISS IndexFlatIP.search, one query at a time",
     "dense-numpy-single": "dense: numpy matvec + argpartition, one query at a time",
     "hybrid-default": "hybrid: default (GQR over dense + sparse + bm25), Searcher's plan, pre-encoded",
+    "hybrid-exact-dense": "hybrid: default, with every dense part searched exactly (FAISS Flat in memory)",
     "retriever-dense": "retriever dense top-10 (library path)",
     "retriever-sparse": "retriever sparse top-10 (library path)",
     "retriever-bm25": "retriever bm25 top-10 (library path)",
     "hybrid-default-today": "hybrid: default, on the same corpus built with the tantivy tf-grid sparse part (today)",
     "retriever-sparse-today": "retriever sparse top-10 on the tf-grid index (library path, today)",
 }
-EXACT = ("impact-exact", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store-pruned", "dense-hybridret",
-         "dense-faiss", "dense-hybridret-b256", "dense-hybridret-single", "dense-faiss-single", "dense-numpy-single")
+EXACT = ("impact-exact", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store-pruned", "dense-faiss",
+         "dense-faiss-single", "dense-numpy-single")  # the dense part's paths are exact only when it is Flat
 
 
 def peak_rss_mb() -> float:
@@ -330,6 +331,16 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> float:
                           for x, y in zip(a, b)]))
 
 
+def _flat_copy(vectors: Any) -> Any:
+    """A FAISS IndexFlatIP over the float vectors (read in blocks, not through the memory map)."""
+    import faiss
+
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    for a in range(0, len(vectors), 65536):
+        flat.add(np.ascontiguousarray(vectors[a:a + 65536], dtype=np.float32))
+    return flat
+
+
 def group_dense(spec: dict[str, Any], qd: np.ndarray, ms: np.ndarray) -> dict[str, Any]:
     import faiss
 
@@ -339,8 +350,13 @@ def group_dense(spec: dict[str, Any], qd: np.ndarray, ms: np.ndarray) -> dict[st
     out: dict[str, Any] = {"paths": {}, "rss_after_open_MB": {}}
     r0 = rss_mb()
     dense = open_part(Path(spec["dense_dir"]))
-    out["rss_after_open_MB"]["DenseIndex (FAISS Flat copy)"] = rss_mb() - r0
-    raw = dense.index  # the very FAISS IndexFlatIP that the part searches: hybridret's overhead alone
+    out["rss_after_open_MB"][f"DenseIndex ({dense.factory})"] = rss_mb() - r0
+    out["dense_part"] = {k: dense.meta.get(k) for k in ("factory", "nprobe", "candidates", "tuned_recall_at_10")}
+    out["dense_index_bytes_per_vector"] = (faiss.serialize_index(dense.index).nbytes / max(1, dense.num_docs)
+                                           if dense.factory != "Flat" else 4.0 * dense.dim)
+    r0 = rss_mb()
+    raw = dense.index if dense.factory == "Flat" else _flat_copy(dense.vectors)  # exact FAISS Flat, the peer
+    out["rss_after_open_MB"]["FAISS IndexFlatIP (peer)"] = rss_mb() - r0 if dense.factory != "Flat" else 0.0
     X = np.asarray(dense.vectors)  # memory-mapped vectors.npy
     nq = len(qd)
     single = int(spec["single_queries"])
@@ -366,10 +382,11 @@ def group_dense(spec: dict[str, Any], qd: np.ndarray, ms: np.ndarray) -> dict[st
     }
     n = {name: (single if name.endswith("single") else nq) for name in plans}
     res, outs = race(plans, spec["repeats"], n)
-    ref = outs["dense-numpy"][1]
+    ref_rows, ref = outs["dense-numpy"]
     for name, r in res.items():
-        got = np.asarray(outs[name][1])
+        got_rows, got = (np.asarray(a) for a in outs[name])
         r["top10_exact"] = share_exact(got, ref[:len(got)])
+        r["recall_at_10"] = _overlap(got_rows, np.asarray(ref_rows)[:len(got_rows)])
         out["paths"][name] = {"available": True, **r}
     out["faiss_distance_compute_blas_threshold"] = int(faiss.cvar.distance_compute_blas_threshold)
     out["peak_rss_MB"] = peak_rss_mb()
@@ -417,6 +434,18 @@ def group_hybrid(spec: dict[str, Any], texts: list[str], qd: np.ndarray, Q: sp.c
             default_snap = snap
     if "hybrid-default-today" not in plans:
         out["paths"]["hybrid-default-today"] = unavailable(spec.get("today_reason", "no tf-grid index built"))
+    exact = Searcher(spec["index"], threads=1)  # the same index, every compressed dense part searched exactly
+    swapped = 0
+    for seg in exact.snapshot.segments:
+        part = seg.part("dense")
+        if part is not None and part.compressed:
+            part.index, part.factory, part.candidates, part.nprobe = _flat_copy(part.vectors), "Flat", None, None
+            swapped += 1
+    if swapped:
+        c = exact.fusion_config("hybrid")
+        plans["hybrid-exact-dense"] = lambda c=c, snap=exact.snapshot: fused_search(c, K, snap, q, threads=1)
+    else:
+        out["paths"]["hybrid-exact-dense"] = unavailable("every dense part is Flat already: hybrid-default is exact")
     snap = default_snap
     stages: dict[str, Callable[[], Any]] = {}
     for name in cfg.union_retrievers:
@@ -435,6 +464,10 @@ def group_hybrid(spec: dict[str, Any], texts: list[str], qd: np.ndarray, Q: sp.c
         if name.endswith("-today"):  # the same corpus in the same order: rows compare directly
             mine = np.asarray(outs[name.removesuffix("-today")][0])
             r["same_top10_as_default"] = float(np.mean(np.all(np.asarray(outs[name][0]) == mine, axis=1)))
+        if name == "hybrid-exact-dense":  # the same index: rows compare directly
+            mine = np.asarray(outs["hybrid-default"][0])
+            r["same_top10_as_default"] = float(np.mean(np.all(np.asarray(outs[name][0]) == mine, axis=1)))
+            r["top10_overlap_with_default"] = _overlap(mine, np.asarray(outs[name][0]))
         out["paths"][name] = {"available": True, **r}
     out["peak_rss_MB"] = peak_rss_mb()
     return out

@@ -30,6 +30,7 @@ from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
 from .encoders.reps import REPRESENTATIONS, encode, rep_spec, stack_rows, take_rows
 from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError, TruncationWarning
+from .index.dense_auto import AUTO_MIN_ROWS
 from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, parse_expiry
 from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
@@ -46,7 +47,8 @@ __all__ = ["DEFAULT_SETTINGS", "IndexWriter", "Layout", "WriteResult", "as_docum
 logger = logging.getLogger(__name__)
 
 DEFAULT_SETTINGS: dict[str, Any] = {
-    "faiss_factory": "Flat", "faiss_metric": "ip", "sparse_scheme": "impact", "sparse_bits": 6,
+    "faiss_factory": "auto", "faiss_auto_min_rows": AUTO_MIN_ROWS, "faiss_metric": "ip", "sparse_scheme": "impact",
+    "sparse_bits": 6,
     "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
 }
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source", "chunking")  # carried from commit to commit
@@ -181,6 +183,13 @@ def check_settings(settings: Mapping[str, Any], given: Mapping[str, Any]) -> Non
     elif not span[0] <= bits <= span[1]:
         what = "bit planes" if scheme == "planes" else "weight buckets"
         raise ConfigError(f"sparse_bits={bits}: sparse_scheme {scheme!r} takes {span[0]} to {span[1]} {what} per term")
+    factory = settings.get("faiss_factory")
+    if not isinstance(factory, str) or not factory.strip():
+        raise ConfigError(f"faiss_factory must be 'auto' or a FAISS factory string, got {factory!r}")
+    rows = settings.get("faiss_auto_min_rows")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+        raise ConfigError(f"faiss_auto_min_rows must be a non-negative integer (segments with fewer vectors are "
+                          f"searched with Flat), got {rows!r}")
 
 
 class IndexWriter:
@@ -221,6 +230,7 @@ class IndexWriter:
             base.update(settings)
             check_settings(base, settings)
         self.settings = base
+        self._given = frozenset(settings or ())
         self.given_config = encoder_config
         self.encoder_config = (self.manifest or {}).get("encoder") or encoder_config
 
@@ -674,6 +684,13 @@ class IndexWriter:
         if migrate:
             switched = self.settings["sparse_scheme"] != DEFAULT_SETTINGS["sparse_scheme"]
             self.settings["sparse_scheme"] = DEFAULT_SETTINGS["sparse_scheme"]
+            if "faiss_factory" not in self._given and self.settings["faiss_factory"] == "Flat":
+                switched = True  # the former default: the size rule now chooses
+                self.settings["faiss_factory"] = DEFAULT_SETTINGS["faiss_factory"]
+        if "faiss_factory" in self._given and self.manifest is not None and \
+                self.manifest.get("settings", {}).get("faiss_factory") != self.settings["faiss_factory"]:
+            switched = True
+        if migrate or "faiss_factory" in self._given:
             layout = self._layout()
             stale = snap is not None and any(_outdated(seg, layout) for seg in snap.segments)
         if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0 and not stale):
@@ -814,9 +831,16 @@ def _stored_encoding(snap: Snapshot, row: int, key: bytes, layout: Layout) -> di
 
 
 def _outdated(seg: Any, layout: Layout) -> bool:
-    """A segment in an older layout, or whose parts differ from the index's current formats."""
-    return seg.layout != "parts" or any(
-        seg.part(n) is None or seg.part(n).meta.get("format") != spec.format for n, spec in layout.parts.items())
+    """A segment in an older layout, or whose parts differ from the index's current formats (or,
+    for a dense part, was built for another FAISS factory than the one now asked for)."""
+    def differs(meta: Mapping[str, Any], spec: PartSpec) -> bool:
+        if meta.get("format") != spec.format:
+            return True
+        want = spec.options.get("factory")
+        return want is not None and meta.get("requested_factory", meta.get("factory")) != want
+
+    return seg.layout != "parts" or any(seg.part(n) is None or differs(seg.part(n).meta, spec)
+                                        for n, spec in layout.parts.items())
 
 
 def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:

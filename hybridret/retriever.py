@@ -20,6 +20,7 @@ from .encoders import Encoder, PairedEncoder
 from .errors import ConfigError, IndexExistsError, IndexFormatError
 from .filters import Filter
 from .hybrid import FusionConfig
+from .index.dense_auto import AUTO_MIN_ROWS
 from .index.expiry import Clock, check_clock
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
@@ -42,7 +43,9 @@ class HybridRetriever:
     >>> retriever.upsert([...]); retriever.delete(["a"]); retriever.compact()
     >>> retriever.save("indexes/mine"); HybridRetriever.load("indexes/mine")
 
-    Settings: ``faiss_factory`` (any FAISS factory string, default exact ``"Flat"``),
+    Settings: ``faiss_factory`` (``"auto"``, the default: exact ``"Flat"`` for segments of fewer than
+    ``faiss_auto_min_rows`` vectors (100,000), a compressed IVF-RaBitQ index tuned to recall@10 0.99
+    with exact re-scoring above (:mod:`hybridret.index.dense_auto`); or any FAISS factory string),
     ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_scheme`` / ``sparse_bits`` / ``sparse_max_weight``
     (how learned weights are indexed: ``"impact"``, the default, keeps impact-layered postings
     searched with pruning in numba (:mod:`hybridret.index.impact`); ``"tfgrid"`` stores them as
@@ -61,15 +64,16 @@ class HybridRetriever:
     (:mod:`hybridret.index.expiry`).
     """
 
-    def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "Flat", faiss_metric: str = "ip",
-                 sparse_scheme: str = "impact", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
+    def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "auto", faiss_metric: str = "ip",
+                 faiss_auto_min_rows: int = AUTO_MIN_ROWS, sparse_scheme: str = "impact", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
                  bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None,
                  clock: Clock | None = None) -> None:
         prepare_native_libraries()
         self.device = device
         self.clock = check_clock(clock)
         self.settings: dict[str, Any] = {
-            "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "sparse_scheme": sparse_scheme,
+            "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "faiss_auto_min_rows": faiss_auto_min_rows,
+            "sparse_scheme": sparse_scheme,
             "sparse_bits": sparse_bits, "sparse_max_weight": sparse_max_weight, "bm25": bm25,
             "store_text": store_text, "max_segments": max_segments,
         }
@@ -267,13 +271,18 @@ class HybridRetriever:
                 self._after_write(w)
         return result
 
-    def compact(self, *, migrate: bool = False, show_progress: bool | None = None) -> WriteResult:
+    def compact(self, *, migrate: bool = False, show_progress: bool | None = None,
+                faiss_factory: str | None = None) -> WriteResult:
         """Merge all segments into one and drop deleted documents (nothing is re-encoded).
         ``migrate=True`` also rewrites segments of an older sparse format (bit planes, BM25 in
-        tantivy) in the current one (``sparse_scheme="impact"``), which later writes then use too."""
+        tantivy) in the current one (``sparse_scheme="impact"``), and moves an index on the former
+        default dense part (``Flat``) to the size rule (``"auto"``); later writes use them too.
+        ``faiss_factory``: the dense part the compacted segment and later writes get (``"auto"``,
+        ``"Flat"``, any FAISS factory string); segments built otherwise are rewritten."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
-        with self._writer(self._root, expect=self._expect()) as w:
+        settings = {"faiss_factory": faiss_factory} if faiss_factory is not None else None
+        with self._writer(self._root, expect=self._expect(), settings=settings) as w:
             result = w.compact(reuse=self._reuse(), show_progress=show_progress, migrate=migrate)
             self._after_write(w)
         return result

@@ -23,17 +23,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--sparse-approx", action="store_true",
                    help="measure the recall@10 of method sparse_approx against exact learned sparse on this index "
                         "(queries: --queries, else stored passages' openings)")
+    p.add_argument("--dense-recall", action="store_true",
+                   help="measure each segment's dense recall@10 against exact search over its float vectors, with "
+                        "the index type the size rule chose (queries: --queries, else stored passages' openings)")
     p.add_argument("--queries", metavar="FILE", default=None,
-                   help="with --sparse-approx: a queries file (jsonl / BEIR queries.jsonl / tsv)")
+                   help="with --sparse-approx / --dense-recall: a queries file (jsonl / BEIR queries.jsonl / tsv)")
     p.add_argument("--sample", type=int, default=200, metavar="N",
-                   help="with --sparse-approx and no --queries: stored passages used as queries (default: 200)")
+                   help="with --sparse-approx / --dense-recall and no --queries: stored passages used as queries "
+                        "(default: 200)")
     p.set_defaults(run=run)
 
 
-def approx_report(retriever: Any, queries: str | None, sample: int, k: int = 10) -> dict[str, Any]:
-    """Recall@k of ``sparse_approx`` against exact ``sparse`` on real or sampled queries, and both speeds."""
-    import time
-
+def _query_texts(retriever: Any, queries: str | None, sample: int) -> tuple[list[str], str]:
+    """Queries to measure with: a queries file's texts, or the openings of ``sample`` stored passages."""
     import numpy as np
 
     from ..errors import ConfigError
@@ -54,7 +56,15 @@ def approx_report(retriever: Any, queries: str | None, sample: int, k: int = 10)
         texts = [t for t in texts if t.strip()]
         source = f"{len(texts)} stored passages (their first 32 words)"
     if not texts:
-        raise ConfigError("no queries to measure the approximate mode with")
+        raise ConfigError("no queries to measure with")
+    return texts, source
+
+
+def approx_report(retriever: Any, queries: str | None, sample: int, k: int = 10) -> dict[str, Any]:
+    """Recall@k of ``sparse_approx`` against exact ``sparse`` on real or sampled queries, and both speeds."""
+    import time
+
+    texts, source = _query_texts(retriever, queries, sample)
     out: dict[str, Any] = {"queries": len(texts), "source": source, "k": k}
     t0 = time.perf_counter()
     exact = retriever.search(texts, k=k, method="sparse")
@@ -69,6 +79,35 @@ def approx_report(retriever: Any, queries: str | None, sample: int, k: int = 10)
     out.update(recall=hit / tot if tot else 1.0, exact_ms=1e3 * (t1 - t0) / len(texts),
                approx_ms=1e3 * (t2 - t1) / len(texts))
     return out
+
+
+def dense_recall_report(retriever: Any, queries: str | None, sample: int, k: int = 10) -> dict[str, Any]:
+    """Per segment: the dense index the size rule chose, and its recall@k against exact search over
+    the segment's float vectors on real or sampled queries (live rows only), with both speeds (one
+    thread, queries pre-encoded)."""
+    import time
+
+    from ..errors import ConfigError
+    from ..index.dense_auto import recall_at
+
+    texts, source = _query_texts(retriever, queries, sample)
+    snap = retriever.searcher.snapshot
+    parts = [seg.part("dense") for seg in snap.segments]
+    if not parts or any(p is None for p in parts):
+        raise ConfigError("this index has no dense component")
+    q = retriever.encoder.encode_queries(texts).get("dense")
+    rows = []
+    for seg, live, part in zip(snap.segments, snap.live, parts):
+        t0 = time.perf_counter()
+        got, _ = part.search(q, k, allowed=live, threads=1)
+        t1 = time.perf_counter()
+        exact, _ = part.exact_search(q, k, allowed=live)
+        t2 = time.perf_counter()
+        rows.append({"segment": seg.name, "rows": part.num_docs, "factory": part.factory,
+                     "compressed": part.compressed, "nprobe": part.nprobe, "candidates": part.candidates,
+                     "tuned_recall": part.meta.get("tuned_recall_at_10"), "recall": recall_at(got, exact),
+                     "ms": 1e3 * (t1 - t0) / len(texts), "exact_ms": 1e3 * (t2 - t1) / len(texts)})
+    return {"queries": len(texts), "source": source, "k": k, "segments": rows}
 
 
 def _value(v: Any) -> str:
@@ -106,6 +145,16 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"sparse_approx: recall@{rep['k']} {rep['recall']:.3f} against exact on {rep['queries']} queries "
                   f"({rep['source']}); {rep['approx_ms']:.2f} vs {rep['exact_ms']:.2f} ms/query (with encoding)")
+            return 0
+    if args.dense_recall:
+        info["dense_recall"] = rep = dense_recall_report(retriever, args.queries, args.sample)
+        if not args.json:
+            print(f"dense recall@{rep['k']} against exact, {rep['queries']} queries ({rep['source']}):")
+            for row in rep["segments"]:
+                how = (f"{row['factory']} (nprobe {row['nprobe']}, {row['candidates']} candidates re-scored exactly; "
+                       f"tuned {row['tuned_recall']})" if row["compressed"] else f"{row['factory']}")
+                print(f"  {row['segment']}: {row['rows']:,} vectors, {how}: recall {row['recall']:.3f}; "
+                      f"{row['ms']:.2f} vs {row['exact_ms']:.2f} ms/query exact (one thread)")
             return 0
     if args.json:
         print(json.dumps(info, indent=2, sort_keys=True))

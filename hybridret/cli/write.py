@@ -61,7 +61,12 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("index", metavar="DIR")
     p.add_argument("--migrate", action="store_true",
                    help="also rewrite segments of older formats (bit-plane learned sparse, BM25 in tantivy) in the "
-                        "current one, and write later segments in it (nothing is re-encoded)")
+                        "current one, move an index on the former default dense part (Flat) to the size rule "
+                        "(auto), and write later segments so (nothing is re-encoded)")
+    p.add_argument("--faiss", default=None, metavar="FACTORY",
+                   help="the dense part of the compacted segment and of later writes: auto (Flat below 100,000 "
+                        "vectors, compressed and tuned above), Flat, or a FAISS factory string (default: the "
+                        "index's own setting)")
     p.add_argument("--json", action="store_true", help="print what was done as JSON")
     p.set_defaults(run=run_compact)
 
@@ -131,7 +136,7 @@ def run_compact(args: argparse.Namespace) -> int:
         quiet.setLevel(level)
     before = len(retriever.searcher.snapshot.segments)
     with NamingPath(Path(args.index)):
-        result = retriever.compact(migrate=args.migrate)
+        result = retriever.compact(migrate=args.migrate, faiss_factory=args.faiss)
     if args.json:
         print(json.dumps(result.to_dict()))
     elif result.commit is None:

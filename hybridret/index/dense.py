@@ -40,6 +40,7 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
 from ._once import Once
+from .dense_auto import AUTO_MIN_ROWS, exact_scores, exact_topk, is_auto, resolve_factory, tune
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["DenseIndex", "DenseIndexBuilder", "faiss_threads", "gpu_available"]
@@ -56,6 +57,11 @@ _MATMUL_MIN_QUERIES = 8  # below this FAISS's SIMD scan wins
 FAISS_BLAS_DEFAULT = 128_000  # faiss.cvar.distance_compute_blas_threshold as FAISS ships it
 BLAS_THRESHOLD = 4096  # queries x dim from which FAISS uses BLAS once a dense part is open (~10 queries at 384)
 _MATMUL_BLOCK = 1 << 25  # score entries per block (128 MB of float32)
+# a filtered search of a compressed segment reads the allowed rows' float vectors exhaustively when
+# they hold at most this many values (~43,000 rows at 384 dimensions): exact, and cheaper than an
+# IVF scan widened by the inverse share of allowed rows
+EXACT_VALUES = 1 << 24
+_RESCORE_QUERIES = 32  # queries re-scored at once (bounds the (queries, candidates, dim) gather)
 
 
 @functools.lru_cache(maxsize=1)
@@ -102,19 +108,34 @@ def _min_train(index: Any) -> int:
     return max(256, 39 * nlist)
 
 
+def _positive(meta: dict[str, Any], key: str, root: Path) -> int | None:
+    """An optional positive integer of a part's ``meta.json`` (damage is an error, never a default)."""
+    value = meta.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise IndexFormatError(f"{root}/meta.json: {key!r} must be a positive integer, got {value!r}")
+    return value
+
+
 SAMPLE_ROWS = 64  # vectors a load checks for NaN / infinity (first, last and evenly between)
 
 
 class DenseIndexBuilder:
     """Streams vectors to disk; :meth:`close` builds the FAISS index. Use :meth:`DenseIndex.create`."""
 
-    def __init__(self, root: Path, dim: int, factory: str, metric: str, seed: int) -> None:
-        _make_index(dim, factory, metric)  # fail fast on a bad factory string
+    def __init__(self, root: Path, dim: int, factory: str, metric: str, seed: int,
+                 min_rows: int = AUTO_MIN_ROWS) -> None:
+        if not is_auto(factory):
+            _make_index(dim, factory, metric)  # fail fast on a bad factory string
+        else:
+            _metric(metric)
         self.root = root
         self.dim = int(dim)
         self.factory = factory
         self.metric = metric
         self.seed = seed
+        self.min_rows = int(min_rows)
         self.vectors = NpyAppender(root / "vectors.npy", np.float32, (self.dim,))
 
     def add(self, vectors: np.ndarray) -> None:
@@ -131,7 +152,8 @@ class DenseIndexBuilder:
         self.vectors.close()
         vectors = load_npy(self.root / "vectors.npy")
         n = vectors.shape[0]
-        factory = self.factory
+        factory = resolve_factory(self.factory, n, self.min_rows)
+        extra: dict[str, Any] = {"min_rows": self.min_rows} if is_auto(self.factory) else {}
         if factory != "Flat":
             index = _make_index(self.dim, factory, self.metric)
             if not index.is_trained and n < _min_train(index):
@@ -153,10 +175,15 @@ class DenseIndexBuilder:
                     ) from exc
             for start in range(0, n, _ADD_CHUNK):
                 index.add(np.ascontiguousarray(vectors[start : start + _ADD_CHUNK]))
+            if is_auto(self.factory):  # the search depth that keeps recall@10 at the target, measured here
+                tuning = tune(index, vectors, metric=self.metric, seed=self.seed)
+                logger.info("dense %s: nprobe %d, %d candidates re-scored (recall@10 %.3f on %d sampled vectors)",
+                            factory, tuning.nprobe, tuning.candidates, tuning.recall, tuning.queries)
+                extra.update(tuning.to_meta())
             faiss.write_index(index, str(self.root / "index.faiss"))
         atomic_write_json(self.root / "meta.json", {
             "format": FORMAT, "num_docs": int(n), "dim": self.dim, "factory": factory, "metric": self.metric,
-            "requested_factory": self.factory,
+            "requested_factory": self.factory, **extra,
         })
 
     def abort(self) -> None:
@@ -215,6 +242,10 @@ class DenseIndex:
         self.meta = meta
         self.factory = str(meta["factory"])
         self.metric = str(meta["metric"])
+        # a tuned compressed segment (factory "auto"): the IVF lists probed and the candidates
+        # re-scored exactly per query for a top-10 (dense_auto.tune); None for every other part
+        self.nprobe: int | None = _positive(meta, "nprobe", self.root)
+        self.candidates: int | None = _positive(meta, "candidates", self.root)
         self.vectors = load_npy(self.root / "vectors.npy")
         if self.vectors.shape != (int(meta["num_docs"]), int(meta["dim"])):
             raise IndexFormatError(f"{self.root}: vectors.npy has shape {self.vectors.shape}, meta.json says "
@@ -258,10 +289,13 @@ class DenseIndex:
             self.set_search_params(search_params)
 
     @staticmethod
-    def create(root: str | Path, dim: int, *, factory: str = "Flat", metric: str = "ip", seed: int = 0) -> DenseIndexBuilder:
+    def create(root: str | Path, dim: int, *, factory: str = "Flat", metric: str = "ip", seed: int = 0,
+               min_rows: int = AUTO_MIN_ROWS) -> DenseIndexBuilder:
+        """A builder for a new part. ``factory``: a FAISS factory string, or ``"auto"`` (``Flat``
+        below ``min_rows`` vectors, a tuned compressed index above: :mod:`.dense_auto`)."""
         root = Path(root)
         root.mkdir(parents=True, exist_ok=True)
-        return DenseIndexBuilder(root, dim, factory, metric, seed)
+        return DenseIndexBuilder(root, dim, factory, metric, seed, min_rows)
 
     @property
     def num_docs(self) -> int:
@@ -380,6 +414,65 @@ class DenseIndex:
         params._keep = (sel, bits)  # the selector and its bitmap must outlive the call
         return params
 
+    @property
+    def compressed(self) -> bool:
+        """Whether this segment is searched through a tuned compressed index (candidates re-scored
+        exactly) rather than exactly."""
+        return self.candidates is not None
+
+    def depth(self, k: int) -> int:
+        """Candidates a tuned compressed segment re-scores for a top-``k``: the tuned depth for a
+        top-10, scaled with ``k`` (a top-100 re-scores ten times as many)."""
+        assert self.candidates is not None  # only called for compressed segments
+        return min(self.num_docs, max(k, -(-self.candidates * k // 10)))
+
+    def exact_search(self, queries: np.ndarray, k: int = 10, *, allowed: np.ndarray | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact top-``k`` from the float vectors (on disk), whatever the index type: the reference a
+        compressed segment's recall is measured against, and its path for selective filters."""
+        q = self._check(queries)
+        rows = None if allowed is None else np.flatnonzero(np.asarray(allowed, dtype=bool))
+        got_rows, got_scores = exact_topk(self.vectors, q, max(1, min(k, self.num_docs)), rows=rows,
+                                          metric=self.metric)
+        return _pad(got_rows, got_scores, k)
+
+    def _compressed_search(self, q: np.ndarray, k: int, allowed: np.ndarray | None, n_allowed: int,
+                           threads: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """A tuned compressed segment: candidates from the IVF index, re-scored exactly from the
+        float vectors; exhaustive over the allowed rows when a filter leaves few of them, and for any
+        query that the IVF pass leaves short of ``min(k, allowed rows)``."""
+        import faiss
+
+        if allowed is not None and n_allowed * self.dim <= EXACT_VALUES:
+            return self.exact_search(q, k, allowed=allowed)
+        assert self.nprobe is not None
+        ivf = faiss.extract_index_ivf(self.index)
+        share = 1.0 if allowed is None else max(n_allowed / max(1, self.num_docs), 1e-6)
+        params = faiss.SearchParametersIVF(nprobe=int(min(ivf.nlist, np.ceil(self.nprobe / share))))
+        if allowed is not None:
+            bits = np.packbits(allowed, bitorder="little")
+            sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+            params.sel = sel
+            params._keep = (sel, bits)  # the selector and its bitmap must outlive the call
+        depth = self.depth(k)
+        with faiss_threads(threads):
+            _, cand = self.index.search(q, depth, params=params)
+        cand = cand.astype(np.int64)
+        rows = np.full((len(q), k), -1, dtype=np.int64)
+        scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        for a in range(0, len(q), _RESCORE_QUERIES):
+            c = cand[a:a + _RESCORE_QUERIES]
+            s = exact_scores(self.vectors, q[a:a + _RESCORE_QUERIES], c, self.metric)
+            top = np.argsort(-s, axis=1, kind="stable")[:, :k]
+            got_s = np.take_along_axis(s, top, axis=1)
+            got_r = np.where(np.isfinite(got_s), np.take_along_axis(c, top, axis=1), -1)
+            rows[a:a + len(c), :got_r.shape[1]] = got_r
+            scores[a:a + len(c), :got_s.shape[1]] = got_s
+        short = np.flatnonzero((rows >= 0).sum(axis=1) < min(k, n_allowed))
+        if len(short):  # the probed lists held too few (allowed) rows: never a silently shorter list
+            rows[short], scores[short] = self.exact_search(q[short], k, allowed=allowed)
+        return rows, scores
+
     def search(self, queries: np.ndarray, k: int = 10, *, rescore: bool = True, allowed: np.ndarray | None = None,
                threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k rows and scores ``(nq, k)``, ``-1``/``-inf`` padded. With ``rescore`` (default) the
@@ -403,6 +496,8 @@ class DenseIndex:
         kk = min(k, max(1, n_allowed))
         if threads is not None and threads >= (os.cpu_count() or 1):
             threads = None  # the whole machine: what the libraries use anyway
+        if self.compressed and self.device == "cpu":
+            return self._compressed_search(q, k, allowed, n_allowed, threads)
         if self._xb is not None and len(q) >= _MATMUL_MIN_QUERIES and threads is None and _has_torch():
             return self._matmul_search(self._xb, q, k, kk, allowed)
         index = self.index

@@ -36,8 +36,10 @@ _HEAP = 256_000_000  # tantivy writer heap of a learned-sparse part
 def _dense_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
     from .dense import DenseIndex
 
+    from .dense_auto import AUTO_MIN_ROWS
+
     return DenseIndex.create(root, int(dim or 0), factory=str(opts.get("factory", "Flat")),
-                             metric=str(opts.get("metric", "ip")))
+                             metric=str(opts.get("metric", "ip")), min_rows=int(opts.get("min_rows", AUTO_MIN_ROWS)))
 
 
 def _dense_open(root: Path, device: str | None) -> Any:
@@ -116,12 +118,18 @@ for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows
 
 def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, Any]]) -> dict[str, PartSpec]:
     """The parts an index with these settings writes for the encoder's heads: ``dense`` (FAISS
-    factory and metric from the settings), ``sparse`` (learned terms: impact-layered postings by
+    factory and metric from the settings; ``"auto"``, the default, chooses per segment by size:
+    :mod:`.dense_auto`), ``sparse`` (learned terms: impact-layered postings by
     default, ``sparse_scheme="tfgrid"`` the tantivy tf grid, or a format-1 scheme) and ``bm25`` (when ``settings["bm25"]``)."""
     parts: dict[str, PartSpec] = {}
     if "dense" in reps:
-        parts["dense"] = PartSpec(DENSE_V1, "dense", {"factory": str(settings.get("faiss_factory", "Flat")),
-                                                      "metric": str(settings.get("faiss_metric", "ip"))})
+        from .dense_auto import AUTO_MIN_ROWS, is_auto
+
+        factory = str(settings.get("faiss_factory", "auto"))
+        opts: dict[str, Any] = {"factory": factory, "metric": str(settings.get("faiss_metric", "ip"))}
+        if is_auto(factory):
+            opts["min_rows"] = int(settings.get("faiss_auto_min_rows") or AUTO_MIN_ROWS)
+        parts["dense"] = PartSpec(DENSE_V1, "dense", opts)
     if "sparse" in reps:
         scheme = str(settings.get("sparse_scheme", "impact"))
         if scheme == "impact":

@@ -1,0 +1,218 @@
+"""Which FAISS index a dense segment gets (the size rule), and how deep its search goes (the tuning).
+
+**The size rule** (``factory="auto"``, the default): a segment of fewer than ``min_rows`` vectors
+(:data:`AUTO_MIN_ROWS` unless the index settings say otherwise) is searched exactly with ``Flat``;
+a larger one gets :func:`compressed_factory`: an inverted file over 1-bit RaBitQ codes scanned with
+FAISS's fast-scan kernels (``IVF{nlist},RaBitQfs``, about 90 bytes a vector in memory against
+1,536 for float32 at 384 dimensions). Its candidates are re-scored exactly from the float vectors
+on disk (``vectors.npy``, memory-mapped), so every dense score a search returns is the exact float
+score, as with ``Flat``; only which documents make the list is approximate.
+
+**The tuning** (:func:`tune`, at build time, on the segment's own vectors): ``TUNE_QUERIES`` stored
+vectors, each moved away from itself by noise (:func:`proxy_queries`), serve as queries (each one's
+own row left out of its answers), their exact top-10 comes
+from brute force over the float vectors, and the cheapest (``nprobe``, ``candidates``) pair of a
+ladder whose recall@10 reaches :data:`TARGET_RECALL` is kept in the part's ``meta.json`` with the
+recall it measured. ``hybridret info --dense-recall`` measures it again on real queries.
+
+Pure functions over arrays and FAISS indexes; nothing here reads or writes files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["AUTO", "AUTO_MIN_ROWS", "TARGET_RECALL", "Tuning", "compressed_factory", "exact_topk", "is_auto",
+           "recall_at", "resolve_factory", "similarity", "tune"]
+
+logger = logging.getLogger(__name__)
+
+AUTO = "auto"
+AUTO_MIN_ROWS = 100_000  # below this a segment is searched with Flat (see docs/benchmarks.md, "Dense at size")
+TARGET_RECALL = 0.99  # recall@10 the tuning asks of the sampled queries
+TUNE_QUERIES = 256
+TUNE_K = 10
+PROXY_COSINE = 0.7  # how far the stand-in queries sit from the stored vectors they are made from
+_NPROBES = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+_CANDIDATES = (40, 60, 100, 150, 200, 300)
+# relative cost of one code scanned by fast-scan and of one candidate re-scored from the float
+# vectors (a random 1.5 KB read and a dot product), per the one-core measurements of
+# benchmarks/dense_ann.py
+_COST_CODE = 1.0
+_COST_RESCORE = 40.0
+_BLOCK = 65_536
+
+
+def is_auto(factory: str) -> bool:
+    return factory.strip().lower() == AUTO
+
+
+def compressed_factory(n: int) -> str:
+    """The compressed index of a segment of ``n`` vectors: IVF with about ``4 * sqrt(n)`` lists (a
+    power of two, at least 39 vectors a list to train on) over 1-bit RaBitQ fast-scan codes."""
+    nlist = 2 ** round(math.log2(max(1.0, 4.0 * math.sqrt(max(n, 1)))))
+    while nlist > 1 and n < 39 * nlist:
+        nlist //= 2
+    return f"IVF{nlist},RaBitQfs"
+
+
+def resolve_factory(factory: str, n: int, min_rows: int = AUTO_MIN_ROWS) -> str:
+    """The factory a segment of ``n`` vectors is built with: ``factory`` itself unless it is ``"auto"``."""
+    if not is_auto(factory):
+        return factory
+    return "Flat" if n < min_rows else compressed_factory(n)
+
+
+def similarity(queries: np.ndarray, block: np.ndarray, metric: str = "ip") -> np.ndarray:
+    """Scores of ``queries`` against a block of rows: inner product, or negative squared L2."""
+    s = queries @ block.T
+    if metric == "l2":
+        s = 2 * s - (queries * queries).sum(1)[:, None] - (block * block).sum(1)[None, :]
+    return s.astype(np.float32, copy=False)
+
+
+def exact_topk(vectors: Any, queries: np.ndarray, k: int, *, exclude: np.ndarray | None = None,
+               rows: np.ndarray | None = None, metric: str = "ip") -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` of ``queries`` over ``vectors`` (any array-like of float32 rows, a memory map
+    too; inner product, or negative squared L2 with ``metric="l2"``), read in blocks: ``(nq, k)`` rows
+    and scores, ``-1`` / ``-inf`` padded. ``rows``: only these rows are candidates (sorted row
+    numbers). ``exclude``: per query, one row left out (``-1``: none)."""
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    nq = len(q)
+    cand = np.arange(len(vectors), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    best_s = np.full((nq, k), -np.inf, dtype=np.float32)
+    best_i = np.full((nq, k), -1, dtype=np.int64)
+    for a in range(0, len(cand), _BLOCK):
+        idx = cand[a:a + _BLOCK]
+        block = np.asarray(vectors[idx[0]:idx[-1] + 1] if rows is None else vectors[idx], dtype=np.float32)
+        s = similarity(q, block, metric)
+        if exclude is not None:
+            hit = (exclude[:, None] == idx[None, :])
+            s[hit] = -np.inf
+        s_all = np.concatenate([best_s, s], axis=1)
+        i_all = np.concatenate([best_i, np.broadcast_to(idx, s.shape)], axis=1)
+        top = np.argpartition(-s_all, k - 1, axis=1)[:, :k] if s_all.shape[1] > k else \
+            np.broadcast_to(np.arange(s_all.shape[1]), (nq, s_all.shape[1]))
+        best_s = np.take_along_axis(s_all, top, axis=1)
+        best_i = np.take_along_axis(i_all, top, axis=1)
+    order = np.argsort(-best_s, axis=1, kind="stable")
+    best_s = np.take_along_axis(best_s, order, axis=1)
+    best_i = np.take_along_axis(best_i, order, axis=1)
+    best_i[~np.isfinite(best_s)] = -1
+    return best_i, best_s
+
+
+def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
+    """Mean share of each query's true rows (``truth``, ``-1`` padded) that ``found`` holds."""
+    hit = tot = 0
+    for f, t in zip(found.tolist(), truth.tolist()):
+        want = {x for x in t if x >= 0}
+        hit += len(want & set(f))
+        tot += len(want)
+    return hit / tot if tot else 1.0
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What :func:`tune` chose for a compressed segment, and the recall it measured."""
+
+    nprobe: int
+    candidates: int
+    recall: float
+    queries: int
+
+    def to_meta(self) -> dict[str, Any]:
+        return {"nprobe": self.nprobe, "candidates": self.candidates, "tuned_recall_at_10": round(self.recall, 4),
+                "tuned_on": f"{self.queries} stored vectors moved to cosine {PROXY_COSINE} as queries "
+                                 "(their own rows left out)"}
+
+
+def _ladder(nlist: int, n: int) -> list[tuple[int, int]]:
+    per_list = n / max(nlist, 1)
+    probes = sorted({min(p, nlist) for p in _NPROBES})  # a small index: every list at most
+    pairs = [(p, c) for p in probes for c in _CANDIDATES]
+    return sorted(pairs, key=lambda pc: pc[0] * per_list * _COST_CODE + pc[1] * _COST_RESCORE)
+
+
+def ann_candidates(index: Any, queries: np.ndarray, depth: int, nprobe: int) -> np.ndarray:
+    """Row numbers of the ``depth`` best candidates an IVF index finds with ``nprobe`` lists."""
+    import faiss
+
+    params = faiss.SearchParametersIVF(nprobe=int(nprobe))
+    _, rows = index.search(np.ascontiguousarray(queries, dtype=np.float32), int(depth), params=params)
+    return rows.astype(np.int64)
+
+
+def exact_scores(vectors: Any, queries: np.ndarray, rows: np.ndarray, metric: str = "ip") -> np.ndarray:
+    """Exact inner products of each query with its candidate ``rows`` (``(nq, c)``, ``-1`` padded:
+    ``-inf``), reading each query's rows from ``vectors`` in row order (a memory map reads forward)."""
+    out = np.full(rows.shape, -np.inf, dtype=np.float32)
+    for i in range(len(rows)):
+        ok = np.flatnonzero(rows[i] >= 0)
+        if len(ok):
+            r = rows[i, ok]
+            order = np.argsort(r, kind="stable")
+            out[i, ok[order]] = similarity(queries[i:i + 1], np.asarray(vectors[r[order]], dtype=np.float32),
+                                           metric)[0]
+    return out
+
+
+def proxy_queries(vectors: np.ndarray, rng: np.random.Generator, cosine: float = PROXY_COSINE) -> np.ndarray:
+    """Stand-ins for real queries made from stored vectors: each moved by isotropic noise until its
+    cosine with the vector it came from is about ``cosine`` (its norm kept). A stored vector itself
+    is an easy query (its neighbourhood is tight around it); real queries sit farther from every
+    document, where the compressed codes' errors weigh more (calibrated on real queries:
+    docs/benchmarks.md, "Dense at size")."""
+    if cosine >= 1.0:
+        return vectors
+    d = vectors.shape[1]
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    sigma = math.sqrt(1.0 / (cosine * cosine) - 1.0)  # |noise| / |v| giving that cosine on average
+    noise = rng.standard_normal(vectors.shape).astype(np.float32) * (sigma / math.sqrt(d))
+    moved = vectors / np.maximum(norms, 1e-12) + noise
+    return (moved / np.linalg.norm(moved, axis=1, keepdims=True) * norms).astype(np.float32)
+
+
+def tune(index: Any, vectors: Any, *, metric: str = "ip", target: float = TARGET_RECALL,
+         queries: int = TUNE_QUERIES, seed: int = 0, ladder: Sequence[tuple[int, int]] | None = None) -> Tuning:
+    """The cheapest (nprobe, candidates) of the ladder whose recall@10 on sampled stored vectors
+    reaches ``target`` (the deepest pair when none does: the recall it measured is kept and logged).
+    Each nprobe is searched once at the ladder's deepest candidate list; shallower lists are its
+    prefixes (FAISS returns candidates best first by their approximate score)."""
+    import faiss
+
+    n = len(vectors)
+    ivf = faiss.extract_index_ivf(index)
+    rng = np.random.default_rng(seed)
+    picked = np.sort(rng.choice(n, size=min(queries, n), replace=False)).astype(np.int64)
+    q = proxy_queries(np.asarray(vectors[picked], dtype=np.float32), rng)
+    truth, _ = exact_topk(vectors, q, TUNE_K, exclude=picked, metric=metric)
+    pairs = list(ladder) if ladder is not None else _ladder(int(ivf.nlist), n)
+    deepest = max(c for _, c in pairs) + 1  # + the query's own row, left out below
+    runs: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    best: Tuning | None = None
+    for nprobe, cand in pairs:
+        if nprobe not in runs:
+            rows = ann_candidates(index, q, deepest, nprobe)
+            rows[rows == picked[:, None]] = -1
+            runs[nprobe] = (rows, exact_scores(vectors, q, rows, metric))
+        rows, scores = runs[nprobe]
+        s = scores[:, :cand + 1]
+        top = np.argsort(-s, axis=1, kind="stable")[:, :TUNE_K]
+        found = np.where(np.isfinite(np.take_along_axis(s, top, 1)), np.take_along_axis(rows[:, :cand + 1], top, 1), -1)
+        rec = recall_at(found, truth)
+        if best is None or rec > best.recall:
+            best = Tuning(nprobe, cand, rec, len(picked))
+        if rec >= target:
+            return Tuning(nprobe, cand, rec, len(picked))
+    if best is None:
+        raise ValueError("dense tuning needs a non-empty ladder")
+    logger.warning("dense tuning: recall@10 %.3f at the deepest setting tried (nprobe %d, %d candidates), "
+                   "below the target %.2f", best.recall, best.nprobe, best.candidates, target)
+    return best
