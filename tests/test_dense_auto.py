@@ -16,6 +16,9 @@ from hybridret.errors import ConfigError, IndexFormatError
 from hybridret.index.dense import DenseIndex
 from hybridret.index.dense_auto import compressed_factory, exact_topk, recall_at, resolve_factory
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_ray import ray_cluster  # noqa: E402,F401 - a local Ray cluster for the 2-shard test
+
 D, K = 48, 10
 SAMPLE = Path(__file__).resolve().parents[1] / "hybridret" / "resources" / "sample"
 
@@ -52,6 +55,7 @@ def compressed(corpus, tmp_path_factory) -> DenseIndex:
 def test_size_rule_by_hand():
     # 4 * sqrt(n) rounded to a power of two, with at least 39 training vectors per list
     assert compressed_factory(1_000_000) == "IVF4096,RaBitQfs"
+    assert compressed_factory(8_841_823) == "IVF4096,RaBitQfs"  # 4 * 2974 -> 16384, capped
     assert compressed_factory(100_000) == "IVF1024,RaBitQfs"  # 4 * 316 = 1265 -> 2^10
     assert compressed_factory(1000) == "IVF16,RaBitQfs"  # 4 * 31.6 = 126 -> 128, 39 * 16 <= 1000 < 39 * 32
     assert compressed_factory(50) == "IVF1,RaBitQfs"
@@ -294,3 +298,37 @@ def test_cli_info_dense_recall_and_compact_faiss(paired_encoder, sample_docs, ca
     out = subprocess.run([*run, "compact", str(tmp_path / "idx"), "--faiss", "Flat"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(next((tmp_path / "idx").glob("seg-*/dense/meta.json")).read_text())["factory"] == "Flat"
+
+
+def test_two_shards(paired_encoder, sample_docs, cache, tmp_path, ray_cluster):  # noqa: F811 - imported fixture
+    """A sharded index whose shards hold compressed dense segments: exact scores, high recall against
+    brute force over every shard, filters exact over few matching documents."""
+    from hybridret import HybridRetriever
+    from hybridret.distributed.reshard import reshard
+    from hybridret.distributed.searcher import ShardedSearcher
+
+    one = HybridRetriever(paired_encoder, faiss_auto_min_rows=100)
+    one.index(sample_docs, encode_cache=cache)
+    one.save(tmp_path / "one")
+    reshard(tmp_path / "one", tmp_path / "two", 2)
+    for shard in sorted((tmp_path / "two").glob("shard-*")):
+        meta = json.loads(next(shard.glob("seg-*/dense/meta.json")).read_text())
+        assert meta["factory"].endswith("RaBitQfs") and meta["candidates"] >= 10, shard
+    queries = ["chocolate and cacao", "ocean tides and the moon", "history of rome"]
+    searcher = ShardedSearcher.open(tmp_path / "two", encoder=paired_encoder)
+    try:
+        got = searcher.search(queries, k=5, method="dense")
+        want = _dense_brute(one, queries, 5)
+        hit = sum(len(set(g) & set(w)) for g, w in zip(got.ids.tolist(), want))
+        assert hit / 15 >= 0.9
+        one_scores = one.search(queries, k=5, method="dense")  # exact scores: the same for the same documents
+        for g_ids, g_s, o_ids, o_s in zip(got.ids.tolist(), got.scores, one_scores.ids.tolist(), one_scores.scores):
+            mine = dict(zip(o_ids, o_s))
+            for i, s in zip(g_ids, g_s):
+                if i in mine:
+                    assert abs(mine[i] - s) < 1e-5
+        filt = searcher.search(queries, k=8, method="dense", filter={"n": 3})
+        allowed = {d["id"] for d in sample_docs if d["metadata"]["n"] == 3}
+        assert filt.ids.tolist() == _dense_brute(one, queries, 8, allowed)
+    finally:
+        searcher.close()

@@ -35,6 +35,9 @@ logger = logging.getLogger(__name__)
 
 AUTO = "auto"
 AUTO_MIN_ROWS = 100_000  # below this a segment is searched with Flat (see docs/benchmarks.md, "Dense at size")
+# more lists make each probe cheaper but training (k-means) and adding (every vector against every
+# centroid) cost ~n * nlist: 4096 keeps an 8.8M-vector build's assignment near 3e13 flops
+MAX_LISTS = 4096
 TARGET_RECALL = 0.99  # recall@10 the tuning asks of the sampled queries
 TUNE_QUERIES = 256
 TUNE_K = 10
@@ -55,8 +58,9 @@ def is_auto(factory: str) -> bool:
 
 def compressed_factory(n: int) -> str:
     """The compressed index of a segment of ``n`` vectors: IVF with about ``4 * sqrt(n)`` lists (a
-    power of two, at least 39 vectors a list to train on) over 1-bit RaBitQ fast-scan codes."""
-    nlist = 2 ** round(math.log2(max(1.0, 4.0 * math.sqrt(max(n, 1)))))
+    power of two, at most :data:`MAX_LISTS`, at least 39 vectors a list to train on) over 1-bit RaBitQ
+    fast-scan codes."""
+    nlist = min(MAX_LISTS, 2 ** round(math.log2(max(1.0, 4.0 * math.sqrt(max(n, 1))))))
     while nlist > 1 and n < 39 * nlist:
         nlist //= 2
     return f"IVF{nlist},RaBitQfs"
