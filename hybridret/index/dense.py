@@ -98,14 +98,19 @@ def _make_index(dim: int, factory: str, metric: str) -> Any:
 
 
 def _min_train(index: Any) -> int:
-    """Vectors a FAISS index needs to be trained well: 39 per IVF list, and 256 for PQ/SQ codebooks."""
+    """Vectors a FAISS index needs to be trained well: 39 per IVF list, and 256 for PQ/SQ codebooks
+    (RaBitQ codes are a random rotation and signs: nothing of theirs is trained)."""
     import faiss
 
     try:
-        nlist = int(faiss.extract_index_ivf(index).nlist)
+        ivf = faiss.extract_index_ivf(index)
+        nlist = int(ivf.nlist)
     except (RuntimeError, AttributeError):
-        nlist = 0
-    return max(256, 39 * nlist)
+        ivf, nlist = None, 0
+    rabitq = (faiss.IndexIVFRaBitQ, faiss.IndexIVFRaBitQFastScan)
+    codebook = not (isinstance(index, rabitq) or isinstance(faiss.downcast_index(ivf) if ivf is not None else None,
+                                                            rabitq))
+    return max(256 if codebook else 1, 39 * nlist)
 
 
 def _positive(meta: dict[str, Any], key: str, root: Path) -> int | None:
