@@ -639,6 +639,7 @@ class IndexWriter:
         filt = parse_filter(filter)
         if snap is None or filt is None:
             return []
+        filt.check_fields(seg.columns for seg in snap.segments)
         out: list[int] = []
         for i, seg in enumerate(snap.segments):
             mask = filt.mask(seg.columns)
