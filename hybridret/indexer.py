@@ -319,7 +319,8 @@ class IndexWriter:
         into chunks (:mod:`hybridret.chunking`); ``None``: as the index was built (a build records
         them), ``0``: no chunking. A document's chunks are replaced together: chunks that vanished
         are deleted, unchanged ones kept, and only chunks whose text is new are encoded. ``ttl``
-        (seconds): documents without an ``expires_at`` expire that long after this write."""
+        (seconds): documents without an ``expires_at`` expire that long after this write (an explicit
+        ``"expires_at": null`` means never, and wins)."""
         from tqdm.auto import tqdm
 
         from .encoders._hf import progress_enabled
@@ -389,7 +390,7 @@ class IndexWriter:
                     if not doc.full_text.strip():
                         result.skipped_empty += 1
                         continue
-                    if ttl is not None and doc.metadata.get(EXPIRES_AT) is None:
+                    if ttl is not None and EXPIRES_AT not in doc.metadata:  # an explicit null: never
                         doc.metadata[EXPIRES_AT] = round(now + float(ttl), 3)
                     units, previous = self._units(doc, chunker, snap)
                     if not units:  # text the tokenizer reads as nothing (e.g. only zero-width characters)
@@ -486,6 +487,9 @@ class IndexWriter:
             stored = (self.manifest or {}).get("chunking") if mode != "build" else None
             return ChunkSpec.from_dict(stored) if stored else None
         if tokens == 0 and not isinstance(tokens, bool):
+            if overlap is not None:  # it would be ignored: there are no chunks to overlap
+                raise ConfigError(f"chunk_overlap={overlap!r} given with chunk_tokens=0 (no chunking): there are no "
+                                  "chunks to overlap; leave chunk_overlap out, or give chunk_tokens > 0")
             return None
         return ChunkSpec(tokens, 0 if overlap is None else overlap)
 

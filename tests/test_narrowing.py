@@ -62,3 +62,36 @@ def test_group_by_unknown_field_is_refused(index: Path) -> None:
 def test_group_by_field_some_documents_lack_groups_them_alone(index: Path) -> None:
     hits = Searcher(index, encoder=TextOnly()).search("honey", k=5, method="bm25", group_by="lang")[0]
     assert sorted(h.id for h in hits) == ["a", "b", "c"]  # "c" lacks lang: a group of its own
+
+
+def test_explicit_null_expiry_wins_over_ttl(tmp_path: Path) -> None:
+    now = [1_000_000.0]
+    docs = [{"id": "keep", "text": "honey forever", "expires_at": None},
+            {"id": "go", "text": "honey for a while"}]
+    with IndexWriter(tmp_path / "idx", encoder=TextOnly(), clock=lambda: now[0]) as w:
+        w.write(docs, mode="build", ttl=10)
+    now[0] += 3600
+    s = Searcher(tmp_path / "idx", encoder=TextOnly(), clock=lambda: now[0])
+    assert [h.id for h in s.search("honey", method="bm25")[0]] == ["keep"]
+    assert s.get(["keep"])[0]["metadata"]["expires_at"] is None
+
+
+def test_chunk_overlap_without_chunking_is_refused(tmp_path: Path) -> None:
+    with IndexWriter(tmp_path / "idx", encoder=TextOnly()) as w:
+        with pytest.raises(ConfigError, match="chunk_overlap=8 given with chunk_tokens=0"):
+            w.write(DOCS, mode="build", chunk_tokens=0, chunk_overlap=8)
+        with pytest.raises(ConfigError, match="chunk_overlap needs chunk_tokens"):
+            w.write(DOCS, mode="build", chunk_overlap=8)
+        w.write(DOCS, mode="build", chunk_tokens=0)  # nothing lost: the same call without it works
+    assert Searcher(tmp_path / "idx", encoder=TextOnly()).count() == 3
+
+
+@pytest.mark.parametrize("command", ["search", "get"])
+def test_server_with_an_index_folder_is_refused_not_sent_as_a_word(index: Path, command: str,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    from hybridret.cli import main
+
+    # the folder is refused before any request: no server needs to listen at the URL
+    assert main([command, str(index), "honey", "--server", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert "with --server there is no DIR" in err and "is an index folder" in err
