@@ -29,7 +29,14 @@ import numpy as np
 from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
 from .encoders.reps import REPRESENTATIONS, encode, rep_spec, stack_rows, take_rows
-from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError, TruncationWarning
+from .errors import (
+    ConfigError,
+    CorpusFormatError,
+    DocumentNotFoundError,
+    IndexExistsError,
+    IndexFormatError,
+    TruncationWarning,
+)
 from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, check_ttl, parse_expiry
 from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
@@ -688,6 +695,8 @@ class IndexWriter:
             raise ConfigError(f"{self.root} keeps no document text (store_text=False), which BM25 needs to be "
                               "rebuilt; segments cannot be merged: rebuild the index from the corpus")
         layout = self._layout()
+        if what == "compacted":  # a compaction (and --migrate) stamps new checksums: verify the old ones first
+            _verify_before_rewrite(snap, chosen)
         total = sum(snap.segments[i].num_docs - len(snap.deleted[i]) for i in chosen)
         seg_dir = new_segment(self.root)
         writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
@@ -854,6 +863,22 @@ def _outdated(seg: Any, layout: Layout) -> bool:
     """A segment in an older layout, or whose parts differ from the index's current formats."""
     return seg.layout != "parts" or any(
         seg.part(n) is None or seg.part(n).meta.get("format") != spec.format for n, spec in layout.parts.items())
+
+
+def _verify_before_rewrite(snap: Snapshot, chosen: list[int]) -> None:
+    """Every byte of the segments ``chosen`` against the checksums written with them (the check
+    ``info --check`` runs), before a compaction copies them into a segment with new checksums:
+    damage found is an :class:`IndexFormatError` (nothing is written), never re-stamped as valid.
+    Format-1 segments have no checksums to verify."""
+    from .index.segment import check_files
+
+    for i in chosen:
+        seg = snap.segments[i]
+        problems = check_files(seg.root, seg.files, full=True) if seg.files is not None else []
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise IndexFormatError(f"{problems[0]}{more}; nothing was compacted: a compaction would stamp the damage "
+                                   "as valid (restore the segment from a copy, or rebuild the index)")
 
 
 def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:

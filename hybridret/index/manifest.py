@@ -213,12 +213,32 @@ def _leased(root: Path) -> set[str]:
     return out
 
 
+_TEMP = re.compile(r"^\..+\.tmp-([0-9]+)$")  # storage._atomic_write's temporary sibling: .NAME.tmp-PID
+
+
+def _remove_stale_temps(folder: Path) -> None:
+    """Remove the temporary files of atomic writes (``.NAME.tmp-PID``) in ``folder`` whose process
+    is gone (killed before its rename): nothing would ever remove them otherwise. A live process's
+    own temporary file is left alone."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for f in entries:
+        m = _TEMP.match(f.name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            logger.info("removing %s, left by a write that was killed", f)
+            f.unlink(missing_ok=True)
+
+
 def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
     """Remove segments and tombstone files that neither ``manifest`` nor a live reader's lease
-    names, and segments left half-built by dead processes. Never raises for a file in use."""
+    names, segments left half-built by dead processes, and the temporary files of atomic writes
+    (of ``manifest.json``, of tombstones) whose process was killed. Never raises for a file in use."""
     root = Path(root)
     named = segment_files(manifest)
     keep = named | _leased(root)
+    _remove_stale_temps(root)
     for entry in root.iterdir():
         if not entry.is_dir() or not _SEGMENT_NAME.match(entry.name):
             continue
@@ -228,6 +248,7 @@ def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             continue
+        _remove_stale_temps(entry)
         files = list(entry.iterdir())
         for f in files:
             if _DELETED_NAME.match(f.name) and f"{entry.name}/{f.name}" not in keep:
@@ -306,7 +327,6 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
                 str(saved[lib]).split(".")[:2] != now[lib].split(".")[:2]:
             logger.warning("index at %s was written with %s %s; this is %s", root, lib, saved[lib], now[lib])
     return manifest
-
 
 
 def check_expected(expected: Any) -> dict[str, Any]:
