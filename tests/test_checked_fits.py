@@ -140,3 +140,29 @@ def test_a_reranker_returning_numbers_reorders(searcher: Searcher) -> None:
     hits = searcher.search("honey", k=3, method="bm25", rerank=Returns(lambda ps: [float(len(p)) for p in ps]),
                            rerank_depth=5)[0]
     assert len(hits) == 3 and [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+# -- property: the fit never hands back a model it would refuse to store ---------------------------------
+def test_fit_property_finite_or_refused() -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    @hypothesis.settings(max_examples=60, deadline=None)
+    @hypothesis.given(st.integers(0, 10_000), st.integers(2, 40), st.integers(1, 3), st.floats(0.0, 5.0))
+    def prop(seed: int, n_pos: int, d: int, signal: float) -> None:
+        rng = np.random.default_rng(seed)
+        n = n_pos * 8
+        y = np.zeros(n)
+        y[:n_pos] = 1
+        x = rng.standard_normal((n, d)) + signal * y[:, None]
+        x[:, -1] = np.log(1 + rng.integers(0, 300, n))  # a log-rank-like column
+        b0, w = fit_logistic(x, y)
+        assert np.isfinite(b0) and np.isfinite(w).all()
+        try:
+            check_fit(b0, w, x, y, tuple(f"f{i}" for i in range(d)))
+        except ConfigError as exc:  # refused, with the reason named
+            assert "relevance model" in str(exc)
+        else:
+            assert abs(b0) <= MAX_LOGIT
+
+    prop()

@@ -99,3 +99,55 @@ def test_an_intact_copy_loads_on_both_backends(tmp_path: Path, backend: str) -> 
     folder = _copy(tmp_path, "ok")
     out = SpladeEncoder(str(folder), backend=backend).encode_documents(["honey bees make honey"]).sparse
     assert out.nnz > 0
+
+
+def test_fuzzed_config_sizes_are_accepted_or_an_encoder_error(tmp_path: Path) -> None:
+    """Whatever sizes config.json holds, the folder check answers with an EncoderError or nothing."""
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from hybridret.encoders._folder import check_model_folder
+
+    folder = _copy(tmp_path, "fuzz")
+    base = json.loads((folder / "config.json").read_text())
+    value = st.one_of(st.integers(-3, 40_000), st.sampled_from([128, 2, 512, 30522]), st.none(), st.booleans(),
+                      st.floats(allow_nan=True), st.text(max_size=3))
+    keys = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "max_position_embeddings",
+            "intermediate_size", "embedding_size")
+
+    @hypothesis.settings(max_examples=80, deadline=None)
+    @hypothesis.given(st.dictionaries(st.sampled_from(keys), value, max_size=3))
+    def prop(change: dict) -> None:
+        (folder / "config.json").write_text(json.dumps({**base, **change}))
+        try:
+            check_model_folder(folder)
+        except EncoderError as exc:
+            assert "config.json" in str(exc)
+
+    prop()
+
+
+def test_fuzzed_safetensors_headers_are_an_encoder_error(tmp_path: Path) -> None:
+    hypothesis = pytest.importorskip("hypothesis")
+    from hypothesis import strategies as st
+
+    from hybridret.encoders._safetensors import read_header
+
+    path = tmp_path / "model.safetensors"
+    entry = st.fixed_dictionaries({"dtype": st.sampled_from(["F32", "BF16", "F16", "X9", 3]),
+                                   "shape": st.lists(st.integers(-2, 8), max_size=3),
+                                   "data_offsets": st.lists(st.integers(-4, 300), min_size=0, max_size=3)})
+
+    @hypothesis.settings(max_examples=80, deadline=None)
+    @hypothesis.given(st.dictionaries(st.text(min_size=1, max_size=4), entry, max_size=3), st.integers(0, 256))
+    def prop(header: dict, body: int) -> None:
+        raw = json.dumps(header).encode()
+        path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(body))
+        try:
+            got = read_header(path)
+        except EncoderError as exc:
+            assert str(path) in str(exc)
+        else:
+            assert set(got) == set(header)
+
+    prop()
