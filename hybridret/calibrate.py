@@ -23,10 +23,36 @@ import numpy as np
 from .errors import ConfigError
 from .relevance import FEATURES, Calibration, LogisticModel, encoder_identity, hit_inputs
 
-__all__ = ["MIN_JUDGED", "Judged", "calibrate", "fit_calibration", "fit_logistic", "judged_hits"]
+__all__ = ["MAX_LOGIT", "MIN_JUDGED", "Judged", "calibrate", "calibration_methods", "check_fit", "fit_calibration",
+           "fit_logistic", "judged_hits"]
 
 MIN_JUDGED = 20
 """Fewest relevant and fewest non-relevant judged hits a calibration is fitted on."""
+
+MAX_LOGIT = 30.0
+"""The largest log-odds a fitted model may give a judged hit, and the largest change one term
+(intercept, or a weight times its feature's largest magnitude) may make: beyond it the
+probabilities are 0 or 1 to ~13 digits, which judged relevance never supports (the shipped
+models stay under 10); such a fit is degenerate and refused."""
+
+
+def calibration_methods(registry: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The search methods a calibration can be fitted on: every fusion method, and the single
+    retrievers whose scores are relevance features (:data:`~hybridret.relevance.FEATURES`)."""
+    from .methods import method_names
+    from .retrievers import REGISTRY
+
+    registry = REGISTRY if registry is None else registry
+    return tuple(m for m in method_names(registry) if m not in registry or m in FEATURES)
+
+
+def check_method(method: Any) -> str:
+    """``method`` if a calibration can be fitted on it, else a :class:`ConfigError` listing those that can."""
+    allowed = calibration_methods()
+    if method not in allowed:
+        raise ConfigError(f"cannot calibrate on method {method!r}: its hits carry none of the scores a relevance "
+                          f"model reads ({', '.join(FEATURES)}); choose one of {', '.join(allowed)}")
+    return method
 
 
 @dataclass
@@ -98,12 +124,27 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, *, weights: np.ndarray | None = N
     beta[0] = math.log(mean / (1 - mean))
     reg = np.full(a.shape[1], l2 * len(y))
     reg[0] = 0.0
+
+    def loss(b: np.ndarray) -> float:  # the penalized negative log-likelihood Newton minimises
+        z = a @ b
+        return float((sw * (np.logaddexp(0.0, z) - y * z)).sum() + 0.5 * (reg * b * b).sum())
+
+    current = loss(beta)
     for _ in range(iterations):
         p = 1.0 / (1.0 + np.exp(-np.clip(a @ beta, -60, 60)))
         grad = a.T @ (sw * (p - y)) + reg * beta
         hess = (a * (sw * p * (1 - p))[:, None]).T @ a + np.diag(reg + 1e-9)
         step = np.linalg.solve(hess, grad)
+        # a full Newton step where it lowers the loss (always, near the optimum); else halved until it
+        # does: on a near-singular Hessian (e.g. most hits far below the relevant ones) the full step
+        # can overshoot by orders of magnitude (an intercept of -7.7e12)
+        for _ in range(60):
+            trial = loss(beta - step)
+            if trial <= current or not np.abs(step).max() > 1e-12:
+                break
+            step = step / 2
         beta -= step
+        current = loss(beta)
         if np.abs(step).max() < 1e-8:
             break
     return float(beta[0]), beta[1:]
@@ -117,10 +158,34 @@ def _model(data: Judged, features: tuple[str, ...], fusion: dict[str, Any] | Non
     if not keep.any():
         raise ConfigError(f"cannot fit a relevance calibration of {list(features)}: no judged hit has all of them")
     b0, w = fit_logistic(x[keep], labels, weights=weights)
-    if not (math.isfinite(b0) and np.isfinite(w).all()):
-        raise ConfigError(f"the relevance calibration of {list(features)} did not converge (non-finite coefficients); "
-                          "judge more hits, of both grades")
+    check_fit(b0, w, x[keep], labels, features)
     return LogisticModel(features, round(b0, 6), tuple(round(float(v), 6) for v in w), fusion)
+
+
+def check_fit(intercept: float, weights: np.ndarray, x: np.ndarray, labels: np.ndarray,
+              features: Sequence[str]) -> None:
+    """Refuse a degenerate logistic fit (a :class:`ConfigError` naming the model and why), never
+    store it: non-finite coefficients; a term beyond :data:`MAX_LOGIT` (e.g. an intercept of
+    -7.7e12, which makes every hit's relevance ~0); or judged hits that the features separate
+    perfectly (every relevant hit above every other one), whose fit says 0 or 1 and nothing between."""
+    name = "+".join(features)
+    hint = "judge more queries (with relevant and non-relevant hits among the top k), or lower k"
+    w = np.asarray(weights, dtype=np.float64)
+    if not (math.isfinite(intercept) and np.isfinite(w).all()):
+        raise ConfigError(f"the relevance model {name} did not converge (non-finite coefficients); {hint}")
+    spread = np.abs(x).max(axis=0) if len(x) else np.zeros(len(w))
+    terms = np.abs(w) * spread
+    worst = int(np.argmax(terms)) if len(terms) else 0
+    if abs(intercept) > MAX_LOGIT or (len(terms) and terms[worst] > MAX_LOGIT):
+        what = (f"intercept {intercept:.4g}" if abs(intercept) > MAX_LOGIT
+                else f"weight {w[worst]:.4g} on {features[worst]}")
+        raise ConfigError(f"the relevance model {name} is degenerate ({what}: probabilities of 0 or 1 only); {hint}")
+    logits = intercept + x @ w
+    y = np.asarray(labels, dtype=bool)
+    if y.any() and (~y).any() and logits[y].min() > logits[~y].max():
+        raise ConfigError(f"the relevance model {name} cannot be fitted: its features separate the judged hits "
+                          f"perfectly ({int(y.sum())} relevant above all {int((~y).sum())} others), so any fit says 0 "
+                          f"or 1; {hint}")
 
 
 def fit_calibration(lists: Judged, single: Mapping[str, Judged] | None = None, *,
@@ -153,6 +218,7 @@ def calibrate(retriever: Any, queries: Mapping[str, str], qrels: Mapping[str, Ma
     relevant: grade >= ``level``), and on each retriever's own top ``k`` for its single-retriever
     model. Needs at least :data:`MIN_JUDGED` relevant and as many non-relevant hits. Store it with
     :meth:`HybridRetriever.set_relevance`."""
+    check_method(method)
     searcher = getattr(retriever, "searcher", retriever)
     lists = judged_hits(searcher, queries, qrels, k=k, method=method, level=level)
     pos, neg = int(lists.labels.sum()), int((~lists.labels).sum())

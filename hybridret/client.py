@@ -34,6 +34,7 @@ from .errors import (
 )
 from .filters import Filter, FilterError
 from .grouping import DEFAULT_GROUP_SIZE
+from .index.expiry import check_ttl
 from .types import Group, Hit, MatchedTerm, Snippet
 
 __all__ = ["AuthenticationError", "Client", "ClientClosedError", "RemoteHits", "ServerError", "ServerUnavailableError"]
@@ -434,14 +435,14 @@ class Client:
         many seconds from now."""
         body: dict[str, Any] = {"documents": _documents(documents)}
         if ttl is not None:
-            body["ttl"] = ttl
+            body["ttl"] = check_ttl(ttl)  # the library's check, before any request
         return self._request("POST", "/documents", body)
 
     def upsert(self, documents: Iterable[Mapping[str, Any]], *, ttl: float | None = None) -> dict[str, Any]:
         """Add documents or replace those with the same ids (``ttl`` as in :meth:`add`)."""
         body: dict[str, Any] = {"documents": _documents(documents), "upsert": True}
         if ttl is not None:
-            body["ttl"] = ttl
+            body["ttl"] = check_ttl(ttl)  # the library's check, before any request
         return self._request("POST", "/documents", body)
 
     def delete(self, ids: Iterable[str] | str | None = None, *, filter: Mapping[str, Any] | str | None = None,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -31,13 +31,15 @@ import numpy as np
 from .errors import ConfigError
 from .index.metadata import MAX_INT, Column, MetadataColumns
 
-__all__ = ["MAX_IN_VALUES", "Filter", "FilterError", "parse_filter"]
+__all__ = ["DOCUMENT_FIELDS", "MAX_IN_VALUES", "Filter", "FilterError", "parse_filter"]
 
 _FIELD_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
 _RANGE = ("$gt", "$gte", "$lt", "$lte")
 _MAX_NODES = 1024
 _MAX_DEPTH = 32
 MAX_IN_VALUES = 10_000  # values of one $in / $nin list: each is compared with the column once
+# a document's own fields: not metadata, so a filter on them would match as if no document had them
+DOCUMENT_FIELDS = ("id", "_id", "title", "text", "contents")
 
 
 class FilterError(ConfigError):
@@ -211,6 +213,36 @@ class Filter:
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = spec
         self.root = _parse(spec, "filter", [0])
+
+    def conditions(self) -> Iterator[tuple[str, str]]:
+        """Every condition of the filter as ``(field path, operator)``."""
+        stack: list[Node] = [self.root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, _Bool):
+                stack.extend(node.children)
+            else:
+                yield node.path, node.op
+
+    def check_fields(self, columns: Iterable[MetadataColumns]) -> None:
+        """Refuse a condition on a document's own field (``id``, ``_id``, ``title``, ``text``,
+        ``contents``: :data:`DOCUMENT_FIELDS`) that no metadata of ``columns`` (one per segment)
+        holds: filters match metadata only, so it would narrow the answer to nothing (or, under
+        ``$ne`` / ``$exists: false``, to everything) without a word. A metadata field of that name
+        (``{"metadata": {"title": ...}}``) is filtered as usual."""
+        suspect = {path for path, _ in self.conditions() if path.split(".", 1)[0] in DOCUMENT_FIELDS}
+        if not suspect:
+            return
+        for cols in columns:
+            suspect = {path for path in suspect if cols.get(path) is None}
+            if not suspect:
+                return
+        path = sorted(suspect)[0]
+        top = path.split(".", 1)[0]
+        what = "the document id" if top in ("id", "_id") else f"the document's {top}"
+        hint = ("; to act on given ids pass them by id (delete(ids=[...]), get)" if top in ("id", "_id") else "")
+        raise FilterError(f"filter.{path}: {top!r} is {what}, not a metadata field; filters match metadata only "
+                          f"and no document has a metadata field {path!r}{hint}")
 
     def mask(self, columns: MetadataColumns) -> np.ndarray:
         """Boolean mask over the segment's rows: ``True`` where the document matches."""

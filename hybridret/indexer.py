@@ -29,12 +29,20 @@ import numpy as np
 from .data import Document, iter_batches
 from .encoders import EncodedBatch, Encoder
 from .encoders.reps import REPRESENTATIONS, encode, rep_spec, stack_rows, take_rows
-from .errors import ConfigError, CorpusFormatError, DocumentNotFoundError, IndexExistsError, TruncationWarning
+from .errors import (
+    ConfigError,
+    CorpusFormatError,
+    DocumentNotFoundError,
+    IndexExistsError,
+    IndexFormatError,
+    TruncationWarning,
+)
 from .index.dense_auto import AUTO_MIN_ROWS
-from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, parse_expiry
+from .index.expiry import EXPIRES_AT, Clock, ExpiryError, check_clock, check_ttl, parse_expiry
 from .index.formats import BUILTIN_FORMATS, builtin_parts
 from .index.lock import WriterLock
-from .index.manifest import MANIFEST, PENDING, check_lineage, commit, names, new_segment, read_manifest
+from .index.manifest import (MANIFEST, PENDING, check_expected, check_lineage, commit, names, new_segment,
+                             read_manifest)
 from .index.metadata import MetadataError, check_metadata
 from .index.parents import chunk_rows
 from .index.parts import PART_TYPES, TEXT, PartSpec
@@ -205,8 +213,10 @@ class IndexWriter:
                  expect: Mapping[str, Any] | None = None) -> None:
         self.root = Path(root)
         self.clock = check_clock(clock)  # "now" for expiry and ttl=
+        if expect is not None:
+            expect = check_expected(expect)
         if expect is not None and not (self.root / MANIFEST).is_file():  # before the lock makes the folder
-            check_lineage(self.root, None, dict(expect))
+            check_lineage(self.root, None, expect)
         self.device = device
         self._encoder = encoder if isinstance(encoder, Encoder) else None
         self._encoder_factory = None if isinstance(encoder, Encoder) else encoder
@@ -216,7 +226,7 @@ class IndexWriter:
         try:
             self.manifest: dict[str, Any] | None = read_manifest(self.root) if (self.root / MANIFEST).exists() else None
             if expect is not None:
-                check_lineage(self.root, self.manifest, dict(expect))
+                check_lineage(self.root, self.manifest, expect)
         except BaseException:
             self.lock.release()
             raise
@@ -329,7 +339,8 @@ class IndexWriter:
         into chunks (:mod:`hybridret.chunking`); ``None``: as the index was built (a build records
         them), ``0``: no chunking. A document's chunks are replaced together: chunks that vanished
         are deleted, unchanged ones kept, and only chunks whose text is new are encoded. ``ttl``
-        (seconds): documents without an ``expires_at`` expire that long after this write."""
+        (seconds): documents without an ``expires_at`` expire that long after this write (an explicit
+        ``"expires_at": null`` means never, and wins)."""
         from tqdm.auto import tqdm
 
         from .encoders._hf import progress_enabled
@@ -339,9 +350,7 @@ class IndexWriter:
         for name, v in (("chunk_size", chunk_size), ("batch_size", batch_size)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0
-                                or ttl == float("inf")):
-            raise ConfigError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        ttl = check_ttl(ttl)
         if documents is None or not hasattr(documents, "__iter__"):
             raise CorpusFormatError(f"documents must be an iterable of documents, got {type(documents).__name__}")
         if isinstance(documents, (str, bytes, Mapping, Document)):
@@ -399,17 +408,14 @@ class IndexWriter:
                     if not doc.full_text.strip():
                         result.skipped_empty += 1
                         continue
-                    if ttl is not None and doc.metadata.get(EXPIRES_AT) is None:
-                        doc.metadata[EXPIRES_AT] = round(now + float(ttl), 3)
+                    if ttl is not None and EXPIRES_AT not in doc.metadata:  # an explicit null: never
+                        doc.metadata[EXPIRES_AT] = round(now + ttl, 3)
                     units, previous = self._units(doc, chunker, snap)
                     if not units:  # text the tokenizer reads as nothing (e.g. only zero-width characters)
                         result.skipped_empty += 1
                         continue
-                    if mode == "add" and live_now is not None and (
-                            any(live_now.row_of(u.id) is not None for u in units) or
-                            any(live_now.row_of(str(snap.ids[r])) is not None for r in previous)):  # type: ignore[union-attr]
-                        raise IndexExistsError(f"document {doc.id!r} is already in the index at {self.root}; "
-                                               "use upsert (CLI: --upsert) to replace it")
+                    if mode == "add" and live_now is not None:
+                        _refuse_existing(live_now, doc, units, previous, self.root)
                     by_key = {snap.segments[int(s)].key_of(int(r)): g  # type: ignore[union-attr]
                               for g, s, r in zip(previous, *snap.locate(np.asarray(previous, dtype=np.int64)))
                               } if previous else {}
@@ -496,6 +502,9 @@ class IndexWriter:
             stored = (self.manifest or {}).get("chunking") if mode != "build" else None
             return ChunkSpec.from_dict(stored) if stored else None
         if tokens == 0 and not isinstance(tokens, bool):
+            if overlap is not None:  # it would be ignored: there are no chunks to overlap
+                raise ConfigError(f"chunk_overlap={overlap!r} given with chunk_tokens=0 (no chunking): there are no "
+                                  "chunks to overlap; leave chunk_overlap out, or give chunk_tokens > 0")
             return None
         return ChunkSpec(tokens, 0 if overlap is None else overlap)
 
@@ -595,33 +604,10 @@ class IndexWriter:
         is unknown (nothing is deleted); ``"ignore"`` deletes the rest and lists them in the result.
         ``dry_run``: commit nothing; ``result.deleted`` and ``result.matched`` (the ids) say what
         would go. Expired documents still in the index are deleted like the others."""
-        if missing not in ("error", "ignore"):
-            raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
-        if ids is None and filter is None:
-            raise ConfigError("ids must be a list of document ids (or give filter= to delete what matches), got None")
-        if ids is not None and filter is not None:
-            raise ConfigError("delete takes ids or a filter, not both")
-        result = WriteResult()
         snap = self.snapshot(reuse)
-        if filter is not None:
-            rows = self._matching(snap, filter)
-        else:
-            ids = _check_ids(ids)
-            rows = []
-            for i in ids:
-                found = self._rows_of(snap, i)
-                if not found:
-                    result.missing.append(i)
-                rows += found
-            if result.missing and missing == "error":
-                shown = ", ".join(repr(i) for i in result.missing[:10]) + (" ..." if len(result.missing) > 10 else "")
-                raise DocumentNotFoundError(f"{len(result.missing)} of {len(ids)} ids are not in the index at "
-                                            f"{self.root}: {shown}; nothing was deleted", result.missing)
-        rows = sorted(set(rows))
+        rows, result = deletion(snap, ids, filter=filter, missing=missing, root=self.root)
         if dry_run:
-            result.deleted = len(rows)
-            result.matched = [str(snap.ids[r]) for r in rows] if snap is not None else []
-            return result
+            return dry_run_result(snap, rows, result)
         return self._tombstone(snap, rows, result, "deleted")
 
     def purge(self, *, reuse: Mapping[str, Any] | None = None) -> WriteResult:
@@ -649,6 +635,7 @@ class IndexWriter:
         filt = parse_filter(filter)
         if snap is None or filt is None:
             return []
+        filt.check_fields(seg.columns for seg in snap.segments)
         out: list[int] = []
         for i, seg in enumerate(snap.segments):
             mask = filt.mask(seg.columns)
@@ -725,6 +712,8 @@ class IndexWriter:
             raise ConfigError(f"{self.root} keeps no document text (store_text=False), which BM25 needs to be "
                               "rebuilt; segments cannot be merged: rebuild the index from the corpus")
         layout = self._layout()
+        if what == "compacted":  # a compaction (and --migrate) stamps new checksums: verify the old ones first
+            _verify_before_rewrite(snap, chosen)
         total = sum(snap.segments[i].num_docs - len(snap.deleted[i]) for i in chosen)
         seg_dir = new_segment(self.root)
         writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
@@ -772,6 +761,63 @@ class IndexWriter:
         logger.info("%s %d segments into %d (%d documents, %d tombstones dropped); %d segments now", what,
                     len(chosen), 1 if writer.count else 0, writer.count, result.deleted, len(entries))
         return result
+
+
+def deletion(snap: Snapshot | None, ids: Iterable[str] | str | None = None, *, filter: Any = None,
+             missing: str = "error", root: Path | str = "") -> tuple[list[int], WriteResult]:
+    """What :meth:`IndexWriter.delete` would delete from ``snap``: the global rows (sorted) and a
+    :class:`WriteResult` whose ``deleted`` / ``missing`` say so (``matched``: the ids, filled in
+    only by :func:`dry_run_result`). Writes nothing."""
+    if missing not in ("error", "ignore"):
+        raise ConfigError(f"missing must be 'error' or 'ignore', got {missing!r}")
+    if ids is None and filter is None:
+        raise ConfigError("ids must be a list of document ids (or give filter= to delete what matches), got None")
+    if ids is not None and filter is not None:
+        raise ConfigError("delete takes ids or a filter, not both")
+    result = WriteResult()
+    if filter is not None:
+        rows = IndexWriter._matching(snap, filter)
+    else:
+        ids = _check_ids(ids)
+        rows = []
+        for i in ids:
+            found = IndexWriter._rows_of(snap, i)
+            if not found:
+                result.missing.append(i)
+            rows += found
+        if result.missing and missing == "error":
+            shown = ", ".join(repr(i) for i in result.missing[:10]) + (" ..." if len(result.missing) > 10 else "")
+            raise DocumentNotFoundError(f"{len(result.missing)} of {len(ids)} ids are not in the index at "
+                                        f"{root}: {shown}; nothing was deleted", result.missing)
+    rows = sorted(set(rows))
+    result.deleted = len(rows)
+    return rows, result
+
+
+def _refuse_existing(live: Snapshot, doc: Document, units: list[Document], previous: list[int], root: Path) -> None:
+    """``add`` refuses a document whose id, or one of its chunks' ids, a live document has; the
+    message names the id that is there (``get`` finds it), not only the document given."""
+    old = [i for i in (str(live.ids[r]) for r in previous) if live.row_of(i) is not None]
+    clash = [u.id for u in units if live.row_of(u.id) is not None]
+    if not old and not clash:
+        return
+    hint = "use upsert (CLI: --upsert) to replace it"
+    if doc.id in clash or old and not clash:
+        chunks = [i for i in old if i != doc.id]
+        how = (f" (as {len(chunks)} chunks: {', '.join(map(repr, chunks[:3]))}{' ...' if len(chunks) > 3 else ''})"
+               if chunks and doc.id not in old else "")
+        raise IndexExistsError(f"document {doc.id!r} is already in the index at {root}{how}; {hint}")
+    ids = ", ".join(repr(u.id) for u in units[:3]) + (" ..." if len(units) > 3 else "")
+    raise IndexExistsError(f"document {doc.id!r} is cut into chunks with the ids {ids}, and the index at {root} "
+                           f"already has a document with the id {clash[0]!r} (get {clash[0]!r} shows it); give "
+                           f"{doc.id!r} another id, or {hint}")
+
+
+def dry_run_result(snap: Snapshot | None, rows: list[int], result: WriteResult) -> WriteResult:
+    """``result`` of a dry-run delete of ``rows``: ``matched`` lists their ids; nothing is written
+    (so a dry run needs no writer, and works on an index that cannot be written)."""
+    result.matched = [str(snap.ids[r]) for r in rows] if snap is not None else []
+    return result
 
 
 def _check_ids(ids: Any) -> list[str]:
@@ -841,6 +887,22 @@ def _outdated(seg: Any, layout: Layout) -> bool:
 
     return seg.layout != "parts" or any(seg.part(n) is None or differs(seg.part(n).meta, spec)
                                         for n, spec in layout.parts.items())
+
+
+def _verify_before_rewrite(snap: Snapshot, chosen: list[int]) -> None:
+    """Every byte of the segments ``chosen`` against the checksums written with them (the check
+    ``info --check`` runs), before a compaction copies them into a segment with new checksums:
+    damage found is an :class:`IndexFormatError` (nothing is written), never re-stamped as valid.
+    Format-1 segments have no checksums to verify."""
+    from .index.segment import check_files
+
+    for i in chosen:
+        seg = snap.segments[i]
+        problems = check_files(seg.root, seg.files, full=True) if seg.files is not None else []
+        if problems:
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise IndexFormatError(f"{problems[0]}{more}; nothing was compacted: a compaction would stamp the damage "
+                                   "as valid (restore the segment from a copy, or rebuild the index)")
 
 
 def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:

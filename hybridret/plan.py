@@ -307,6 +307,17 @@ class SnapshotSource(CandidateSource):
         self.snapshot = snap
         self.threads = threads  # every search's thread budget (None: every core)
 
+    def check(self, plan: SearchPlan) -> None:
+        """Refuse a filter on a document field that is not metadata, and ``group_by`` on a field no
+        document of the snapshot has (each document would be a group of its own: no grouping at all)."""
+        snap: Snapshot = self.snapshot  # type: ignore[assignment]
+        columns = [seg.columns for seg in snap.segments]
+        if plan.filter is not None:
+            plan.filter.check_fields(columns)
+        if plan.group is not None and snap.num_docs and all(c.get(plan.group.field) is None for c in columns):
+            raise ConfigError(f"group_by: no document of the index has the metadata field {plan.group.field!r}; "
+                              "group by a field the documents carry (e.g. 'parent_id' of chunked documents)")
+
     @property
     def empty(self) -> bool:
         return not self.snapshot.num_docs  # type: ignore[union-attr]

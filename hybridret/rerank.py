@@ -26,7 +26,7 @@ import numpy as np
 
 from .errors import ConfigError, EncoderError, ModelNotFoundError
 
-__all__ = ["CrossEncoderReranker", "Reranker", "check_rerank", "load_reranker"]
+__all__ = ["CrossEncoderReranker", "Reranker", "check_rerank", "check_scores", "load_reranker"]
 
 logger = logging.getLogger(__name__)
 
@@ -123,3 +123,28 @@ def check_rerank(rerank: Any, rerank_depth: Any) -> int:
     if isinstance(depth, bool) or not isinstance(depth, (int, np.integer)) or not 1 <= depth <= MAX_RERANK_DEPTH:
         raise ConfigError(f"rerank_depth must be an integer from 1 to {MAX_RERANK_DEPTH}, got {rerank_depth!r}")
     return int(depth)
+
+
+def check_scores(reranker: Reranker, got: Any, n: int) -> np.ndarray:
+    """The scores a user-supplied ``reranker`` returned for ``n`` passages, as float32, refusing
+    what cannot rank: not one real number per passage (strings, booleans, objects, another count)
+    or a score that is not finite (NaN would order the hits arbitrarily)."""
+    what = f"reranker {reranker!r}"
+    try:
+        arr = np.asarray(got)
+    except Exception as exc:  # a ragged or exotic object: say what came back
+        raise ConfigError(f"{what} returned {type(got).__name__}, not an array of {n} numbers ({exc})") from None
+    if arr.dtype.kind not in "iuf":
+        kind = "booleans" if arr.dtype.kind == "b" else f"{arr.dtype} values"
+        sample = ", ".join(repr(v) for v in arr.reshape(-1)[:3].tolist()) if arr.size else ""
+        raise ConfigError(f"{what} returned {kind} ({sample}); Reranker.scores must return one real number per "
+                          "passage")
+    if arr.shape != (n,):
+        count = arr.shape[0] if arr.ndim == 1 else f"an array of shape {arr.shape}, not"
+        raise ConfigError(f"{what} returned {count} scores for {n} passages (one score per passage expected)")
+    out = arr.astype(np.float32)
+    bad = np.flatnonzero(~np.isfinite(out))
+    if len(bad):
+        raise ConfigError(f"{what} returned a non-finite score ({float(arr[bad[0]])} for passage {int(bad[0])} of {n}, "
+                          f"{len(bad)} in all); scores must be finite numbers")
+    return out

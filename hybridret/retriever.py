@@ -254,6 +254,16 @@ class HybridRetriever:
         lists the ids it would delete in ``result.matched``."""
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
+        if dry_run:  # reads only: no writer, no lock (the index may be read-only)
+            from .index.snapshot import open_snapshot
+            from .indexer import deletion, dry_run_result
+
+            snap = open_snapshot(self._root, device=self.device, reuse=self._reuse())
+            try:
+                rows, result = deletion(snap, ids, filter=filter, missing=missing, root=self._root)
+                return dry_run_result(snap, rows, result)
+            finally:
+                snap.close()
         with self._writer(self._root, expect=self._expect()) as w:
             result = w.delete(ids, filter=filter, missing=missing, dry_run=dry_run, reuse=self._reuse())
             if result.commit is not None:

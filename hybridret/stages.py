@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
-from .errors import ConfigError
 from .grouping import best_of_groups, first_groups, next_depth, start_depth
 from .hybrid import FUSION_CHUNK, fuse
+from .rerank import check_scores
 from .retrievers import REGISTRY, QueryBatch
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -129,12 +129,8 @@ def _rerank(plan: SearchPlan, source: CandidateSource, q: QueryBatch, rows: np.n
     for i in range(rows.shape[0]):
         valid = np.flatnonzero(rows[i] >= 0)
         if len(valid):
-            got = np.asarray(plan.rerank.scores(q.texts[i], [texts[i][j] for j in valid.tolist()]),  # type: ignore[union-attr]
-                             dtype=np.float32)
-            if got.shape != (len(valid),):
-                raise ConfigError(f"reranker {plan.rerank!r} returned {got.shape[0] if got.ndim else 'no'} scores "
-                                  f"for {len(valid)} passages (one score per passage expected)")
-            new[i, valid] = got
+            got = plan.rerank.scores(q.texts[i], [texts[i][j] for j in valid.tolist()])  # type: ignore[union-attr]
+            new[i, valid] = check_scores(plan.rerank, got, len(valid))  # type: ignore[arg-type]
     order = np.argsort(-new.astype(np.float64), axis=1, kind="stable")
     comps = {n: np.take_along_axis(v, order, axis=1) for n, v in comps.items()}
     comps["rerank"] = np.where(np.take_along_axis(rows, order, axis=1) >= 0, np.take_along_axis(new, order, axis=1),

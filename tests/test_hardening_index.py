@@ -76,6 +76,11 @@ def test_a_read_only_index_can_be_searched_and_described(small_index, tmp_path):
                                 "-m", "hybridret", "delete", str(ro), "d01"], capture_output=True, text=True, env=ENV,
                                timeout=300)
         one_error_line(write, "cannot write to the index", str(ro))
+        dry = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", sys.executable,
+                              "-m", "hybridret", "delete", str(ro), "--filter", '{"kind": "even"}', "--dry-run",
+                              "--json"], capture_output=True, text=True, env=ENV, timeout=300)
+        assert dry.returncode == 0, dry.stderr[-2000:]  # a dry run writes nothing: read-only is fine (issue #32)
+        assert json.loads(dry.stdout)["deleted"] == 20
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(ro)], check=True)
 

@@ -202,6 +202,18 @@ def test_calibrate_fits_stores_and_search_uses_it(retriever):
         calibrate(retriever, {q: QUERIES[q] for q in list(QUERIES)[:2]}, QRELS, k=3)
 
 
+def test_calibrate_deeper_than_the_index_fits_a_sound_model(retriever):
+    """k beyond the index (every query's list holds all 300 documents): plain Newton steps once
+    stored an intercept of -7.7e12 here (every relevance ~1e-8); the fit is sound now (issue #32)."""
+    from hybridret.calibrate import MAX_LOGIT, calibrate
+
+    cal = calibrate(retriever, QUERIES, QRELS, k=1000)
+    for m in cal.models.values():
+        assert abs(m.intercept) < MAX_LOGIT and max(abs(w) for w in m.weights) < MAX_LOGIT, m
+    rel = retriever.search(TEXTS, 5, relevance=cal).relevance
+    assert np.nanmax(rel) > 0.05  # a top hit is not called irrelevant
+
+
 def test_cli_search_relevance(retriever, capsys):
     from hybridret.cli import main
 

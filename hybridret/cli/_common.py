@@ -31,13 +31,20 @@ logger = logging.getLogger("hybridret")
 
 
 # -- arguments ---------------------------------------------------------------------------------------
-def add_method_arg(p: argparse.ArgumentParser, help: str | None = None) -> None:
+def add_method_arg(p: argparse.ArgumentParser, help: str | None = None, *, calibration: bool = False) -> None:
     """``--method``, its choices read from the retriever registry now (:mod:`hybridret.methods`),
-    so a retriever registered before the parser is built is a choice."""
+    so a retriever registered before the parser is built is a choice. ``calibration``: only the
+    methods a relevance calibration can be fitted on (:func:`hybridret.calibrate.calibration_methods`)."""
     from ..methods import method_names
     from ..retrievers import REGISTRY  # the registry's module loads no model or native library
 
-    p.add_argument("--method", default="hybrid", choices=method_names(REGISTRY), help=help)
+    if calibration:
+        from ..calibrate import calibration_methods
+
+        choices = list(calibration_methods(REGISTRY))
+    else:
+        choices = list(method_names(REGISTRY))
+    p.add_argument("--method", default="hybrid", choices=choices, help=help)
 
 
 def add_encoder_args(p: argparse.ArgumentParser) -> None:

@@ -37,7 +37,7 @@ def add_parsers(sub: Any) -> None:
                                          "store it in the index")
     add_eval_args(p)
     p.add_argument("-k", type=int, default=10, help="hits per query fitted on (default: 10)")
-    add_method_arg(p)
+    add_method_arg(p, calibration=True)
     p.add_argument("--dry-run", action="store_true", help="report only; do not store the calibration")
     p.set_defaults(run=run_calibrate)
 

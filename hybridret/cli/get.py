@@ -51,7 +51,19 @@ def remote_client(args: argparse.Namespace) -> Any:
 
 
 def server_words(first: str | None, rest: list[str]) -> list[str]:
-    """With ``--server`` there is no DIR: the positional taken as DIR is the first word of the rest."""
+    """With ``--server`` there is no DIR: the positional taken as DIR is the first word of the rest.
+    A first word that names an index folder here is refused: the server searches its own index, and
+    the folder's name would otherwise be sent as a query word (or an id)."""
+    if first is not None:
+        from pathlib import Path
+
+        from ..index.manifest import MANIFEST
+
+        here = Path(first)
+        if (here / MANIFEST).is_file() or (here / "shards.json").is_file():
+            raise HybridRetError(f"with --server there is no DIR: {first!r} is an index folder, and the server "
+                                 "answers from the index it serves; leave the folder out "
+                                 "(hybridret search --server URL QUERY), or drop --server to open it here")
     return ([first] if first is not None else []) + list(rest)
 
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import EncoderError, ModelNotFoundError
+from ..errors import EncoderError, HybridRetError, ModelNotFoundError
 from ..models import LOAD_LOCK, resolve_model
 from ._blas_threads import single_blas_thread
+from ._folder import PROBE, check_model_folder, check_tokenizer
 from .backends import (  # noqa: F401 - BACKENDS, DEFAULT_BACKEND and backend_config are re-exported here
     BACKENDS,
     DEFAULT_BACKEND,
@@ -150,6 +151,7 @@ class TransformerRunner:
         #: the backend that runs (``"auto"`` resolved; see :mod:`hybridret.encoders.backends`)
         self.backend = resolve_backend(backend, self.path, self.device, numpy_blocker=numpy_blocker)
         self._tokenizer_lock = threading.Lock()
+        check_model_folder(self.path)  # the same checks whichever backend runs, before any weight is loaded
         with LOAD_LOCK:
             if self.backend == "numpy":
                 self._load_numpy(loader)
@@ -160,6 +162,8 @@ class TransformerRunner:
         self.special_ids = set(self.tokenizer.all_special_ids)
         self._fast = self._own_backend_tokenizer()
         self._plain = self._own_backend_tokenizer(truncate=False)
+        check_tokenizer(self.name, self.path, self.plain_ids(PROBE), self.special_ids,
+                        getattr(self.tokenizer, "unk_token_id", None))
         self.truncated = 0  # texts cut to max_length over this runner's life
         logger.debug("%s: backend %s on %s", self.name, self.backend, self.device)
 
@@ -177,14 +181,22 @@ class TransformerRunner:
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
         try:
-            # never run code shipped with a model folder, and never ask on stdin whether to
+            # never run code shipped with a model folder, and never ask on stdin whether to; never
+            # unpickle weights (check_model_folder has refused a folder with pickled weights only)
             self.tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
             cls = AutoModelForMaskedLM if loader == "mlm" else AutoModel
-            self.model = cls.from_pretrained(self.path, trust_remote_code=False)
+            local = Path(self.path).is_dir()
+            self.model = cls.from_pretrained(self.path, trust_remote_code=False,
+                                             **({"use_safetensors": True} if local else {}))
         except OSError as exc:  # transformers raises OSError for missing/unreachable models
             raise ModelNotFoundError(f"could not load model {self.name!r} from {self.path}: {exc}") from exc
         except ValueError as exc:  # also: a folder that needs its own code (auto_map) to load
             raise EncoderError(f"model {self.name!r} cannot be loaded as {loader}: {exc}") from exc
+        except HybridRetError:
+            raise
+        except Exception as exc:  # e.g. RuntimeError: sizes that do not match; a damaged weight file
+            raise EncoderError(f"model {self.name!r} ({self.path}) cannot be loaded as {loader}: "
+                               f"{type(exc).__name__}: {exc}") from exc
         self.max_length = _clamp(self.name, self.max_length, getattr(self.model.config, "max_position_embeddings", None))
         self.model.eval()
         self.model.to(self.device)

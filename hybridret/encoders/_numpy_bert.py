@@ -93,7 +93,8 @@ def numpy_support(path: str | Path) -> str | None:
          f"position_embedding_type {raw.get('position_embedding_type')!r} (the numpy backend has absolute positions)"),
         (raw.get("hidden_act", "gelu") == "gelu", f"hidden_act {raw.get('hidden_act')!r} (the numpy backend has 'gelu')"),
         (not raw.get("is_decoder") and not raw.get("add_cross_attention"), "it is a decoder"),
-        ((folder / WEIGHTS_FILE).is_file(), f"it has no {WEIGHTS_FILE} (sharded or pickled weights need torch)"),
+        ((folder / WEIGHTS_FILE).is_file(),
+         f"it has no {WEIGHTS_FILE} (sharded weights need torch; pickled ones are never read)"),
         ((folder / TOKENIZER_FILE).is_file(), f"it has no {TOKENIZER_FILE} (a slow tokenizer needs transformers)"),
     )
     for ok, why in checks:

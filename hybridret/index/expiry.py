@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["EXPIRES_AT", "Clock", "check_clock", "expired_rows", "expiry_of", "parse_expiry", "read_expiry",
+__all__ = ["EXPIRES_AT", "Clock", "check_clock", "check_ttl", "expired_rows", "expiry_of", "parse_expiry", "read_expiry",
            "segment_expiry"]
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,19 @@ def check_clock(clock: Clock | None) -> Clock:
     if not callable(clock):
         raise ConfigError(f"clock must be a callable returning seconds since the epoch, got {clock!r}")
     return clock
+
+
+def check_ttl(ttl: Any) -> float | None:
+    """A write's ``ttl=`` (seconds) as a float, or ``None``: a finite number > 0, never a boolean or
+    a string (``"5"``), so that the library, the :class:`~hybridret.client.Client` and the server
+    accept exactly the same values."""
+    if ttl is None:
+        return None
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"ttl must be a positive number of seconds, got {type(ttl).__name__} {ttl!r}")
+    if not math.isfinite(float(ttl)) or not ttl > 0:
+        raise ConfigError(f"ttl must be a positive, finite number of seconds, got {ttl!r}")
+    return float(ttl)
 
 
 def read_expiry(columns: Any, where: Any = None) -> tuple[np.ndarray, np.ndarray]:

@@ -48,6 +48,8 @@ def check_page(offset: Any, limit: Any) -> tuple[int, int | None]:
 def matching_rows(snap: Snapshot, filt: Filter | None) -> np.ndarray:
     """Global rows of the live documents of ``snap`` matching ``filt`` (all of them for ``None``),
     in row order."""
+    if filt is not None:
+        filt.check_fields(seg.columns for seg in snap.segments)
     out = []
     for i, seg in enumerate(snap.segments):
         live = snap.live[i]

@@ -39,8 +39,8 @@ from .._version import __version__
 from ..errors import IndexFormatError, IndexNotFoundError
 from .storage import atomic_write_json, fsync_dir, read_json
 
-__all__ = ["FORMAT_VERSION", "HISTORY", "MANIFEST", "PENDING", "check_lineage", "collect_garbage", "commit",
-           "library_versions", "link_file", "link_tree", "names", "new_segment", "read_manifest", "segment_files",
+__all__ = ["FORMAT_VERSION", "HISTORY", "MANIFEST", "PENDING", "check_expected", "check_lineage", "collect_garbage",
+           "commit", "library_versions", "link_file", "link_tree", "names", "new_segment", "read_manifest", "segment_files",
            "tombstone_commit"]
 
 logger = logging.getLogger(__name__)
@@ -213,12 +213,32 @@ def _leased(root: Path) -> set[str]:
     return out
 
 
+_TEMP = re.compile(r"^\..+\.tmp-([0-9]+)$")  # storage._atomic_write's temporary sibling: .NAME.tmp-PID
+
+
+def _remove_stale_temps(folder: Path) -> None:
+    """Remove the temporary files of atomic writes (``.NAME.tmp-PID``) in ``folder`` whose process
+    is gone (killed before its rename): nothing would ever remove them otherwise. A live process's
+    own temporary file is left alone."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for f in entries:
+        m = _TEMP.match(f.name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            logger.info("removing %s, left by a write that was killed", f)
+            f.unlink(missing_ok=True)
+
+
 def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
     """Remove segments and tombstone files that neither ``manifest`` nor a live reader's lease
-    names, and segments left half-built by dead processes. Never raises for a file in use."""
+    names, segments left half-built by dead processes, and the temporary files of atomic writes
+    (of ``manifest.json``, of tombstones) whose process was killed. Never raises for a file in use."""
     root = Path(root)
     named = segment_files(manifest)
     keep = named | _leased(root)
+    _remove_stale_temps(root)
     for entry in root.iterdir():
         if not entry.is_dir() or not _SEGMENT_NAME.match(entry.name):
             continue
@@ -228,6 +248,7 @@ def collect_garbage(root: str | Path, manifest: dict[str, Any]) -> None:
                 continue
             shutil.rmtree(entry, ignore_errors=True)
             continue
+        _remove_stale_temps(entry)
         files = list(entry.iterdir())
         for f in files:
             if _DELETED_NAME.match(f.name) and f"{entry.name}/{f.name}" not in keep:
@@ -307,6 +328,29 @@ def read_manifest(root: str | Path) -> dict[str, Any]:
             logger.warning("index at %s was written with %s %s; this is %s", root, lib, saved[lib], now[lib])
     return manifest
 
+
+def check_expected(expected: Any) -> dict[str, Any]:
+    """``expected`` (a writer's ``expect=``: the manifest a caller loaded) as a dict, refusing what
+    is not one: a mapping whose ``commit`` is an integer >= 0 and whose ``index_id`` and
+    ``commit_id`` are strings (each may be absent or ``None``, as in manifests that predate them)."""
+    from collections.abc import Mapping
+
+    from ..errors import ConfigError
+
+    if not isinstance(expected, Mapping):
+        raise ConfigError(f"expect must be the manifest the caller loaded (a mapping with 'commit', 'index_id', "
+                          f"'commit_id'), got {type(expected).__name__}")
+    commit = expected.get("commit")
+    if commit is not None and (isinstance(commit, bool) or not isinstance(commit, int) or commit < 0):
+        raise ConfigError(f"expect['commit'] must be a commit number (an integer >= 0), got {commit!r}")
+    for key in ("index_id", "commit_id"):
+        value = expected.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ConfigError(f"expect[{key!r}] must be a string, got {type(value).__name__} {value!r}")
+    history = expected.get("history")
+    if history is not None and (not isinstance(history, list) or not all(isinstance(h, str) for h in history)):
+        raise ConfigError("expect['history'] must be a list of commit ids (strings)")
+    return dict(expected)
 
 
 def check_lineage(root: Path, manifest: dict[str, Any] | None, expected: dict[str, Any]) -> None:

@@ -215,6 +215,10 @@ class Segment:
             if (self.root / "bm25").is_dir():  # a folder per part: only segments that list them in segment.json
                 raise IndexFormatError(f"{self.root / SEGMENT_FILE}: missing (every segment of this layout has one; "
                                        "the segment is damaged)")
+            if self.files is None and not self.name.startswith("gen-"):  # format 1: one folder, gen-*; seg-*: format 2+
+                raise IndexFormatError(f"{self.root / SEGMENT_FILE}: missing; every seg-* segment (index format 2 and "
+                                       "later) is written with one, so the segment is damaged (restore it from a copy; "
+                                       "compacting would stamp what is left as valid)")
             try:
                 self.parts = open_legacy_parts(self.root, device=device)
             except IndexFormatError as exc:

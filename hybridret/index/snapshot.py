@@ -253,6 +253,7 @@ def verify_segments(root: Path, manifest: dict[str, Any], segments: list[Segment
     parts = manifest.get("parts") or {}
     reps = manifest.get("representations") or {}
     commit = int(manifest.get("commit", 0) or 0)
+    _check_components(where, manifest.get("components"), parts, reps)
     for seg, entry in zip(segments, manifest["segments"]):
         missing = sorted(set(parts) - set(seg.parts))
         if missing and seg.num_docs:
@@ -275,14 +276,46 @@ def verify_segments(root: Path, manifest: dict[str, Any], segments: list[Segment
         except OSError as exc:
             raise IndexFormatError(f"{seg.root}: cannot list the segment folder ({exc.strerror})") from None
         names = set(listing)
+        named_at = (tombstone_commit(named) or 0) if isinstance(named, str) else 0
         for f in listing:
             number = tombstone_commit(f)
-            if number is None or f == named or number <= commit or f + PENDING in names:
+            if number is None or f == named or f + PENDING in names:
+                continue
+            if named_at < number <= commit:
+                # every commit's tombstone file holds all the segment's earlier ones, so a file
+                # a reader still leases is always older than the one named: this one, newer and
+                # committed, was dropped from the manifest by hand
+                raise IndexFormatError(f"{seg.root / f}: tombstones of commit {number}, which {where} (commit {commit}) "
+                                       f"does not name ({'it names none' if named is None else f'it names {named}'}); "
+                                       "the manifest was edited or put back (documents deleted since would come "
+                                       "back): restore the manifest that names the file")
+            if number <= commit:
                 continue
             raise IndexFormatError(f"{seg.root / f}: tombstones of commit {number}, newer than the commit {commit} of "
                                    f"{where}, which does not name them: the manifest was put back from an older copy? "
                                    "(documents deleted since would come back); restore the newer manifest.json, or "
                                    "remove the file if you know no commit wrote it")
+
+
+def _check_components(where: Path, components: Any, parts: dict[str, Any], reps: dict[str, Any]) -> None:
+    """The ``components`` the manifest describes (``info`` shows them: each part's ``meta.json``)
+    must give the widths of its representations: ``dim`` of a dense part, ``vocab_size`` of a
+    sparse one. A hand-edited width is refused, not shown."""
+    if components is None:
+        return
+    if not isinstance(components, dict):
+        raise IndexFormatError(f"{where}: 'components' must be an object, got {type(components).__name__}")
+    for name, comp in components.items():
+        spec = parts.get(name)
+        source = spec.get("source") if isinstance(spec, dict) else None
+        rep = reps.get(source) if isinstance(source, str) else None
+        if not isinstance(comp, dict) or not isinstance(rep, dict) or not isinstance(rep.get("dim"), int):
+            continue
+        key = "dim" if rep.get("kind") == "dense" else "vocab_size" if rep.get("kind") == "sparse" else None
+        got = comp.get(key) if key else None
+        if key and got is not None and got != rep["dim"] and not (key == "vocab_size" and got in (0, 1)):
+            raise IndexFormatError(f"{where}: components.{name}.{key} is {got!r}, but the manifest gives the {source!r} "
+                                   f"representation width {rep['dim']} (one of them was edited?)")
 
 
 def open_snapshot(root: str | Path, *, device: str | None = None, reuse: dict[str, Segment] | None = None,

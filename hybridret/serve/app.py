@@ -66,6 +66,7 @@ from ..errors import (
 )
 from ..filters import parse_filter
 from ..hybrid import FusionConfig
+from ..index.expiry import check_ttl
 from ..methods import check_method, method_names
 from ..retrievers import REGISTRY
 from ..searcher import check_queries
@@ -254,8 +255,13 @@ class DocumentIn(_Strict):
 class DocumentsRequest(_Strict):
     documents: list[DocumentIn] = Field(min_length=1, max_length=MAX_DOCUMENTS)
     upsert: StrictBool = Field(False, description="replace documents whose id exists (else that is an error)")
-    ttl: float | None = Field(None, gt=0, description="documents without an expires_at expire this many seconds "
-                                                      "from now")
+    ttl: Any = Field(None, description="documents without an expires_at expire this many seconds from now (a "
+                                       "positive, finite number)")
+
+    @field_validator("ttl", mode="before")
+    @classmethod
+    def _ttl(cls, value: Any) -> float | None:
+        return check_ttl(value)  # the library's check: "5", true, NaN or Infinity are refused alike
 
 
 class DeleteRequest(_Strict):
