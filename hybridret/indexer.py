@@ -313,14 +313,19 @@ class IndexWriter:
               encode_cache: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
               reuse: Mapping[str, Any] | None = None, source: Mapping[str, Any] | None = None,
               chunk_tokens: int | None = None, chunk_overlap: int | None = None,
-              ttl: float | None = None) -> WriteResult:
+              ttl: float | None = None, columns: Any = None) -> WriteResult:
         """``mode``: ``"build"`` (replace everything with ``documents``), ``"add"`` (new ids only) or
         ``"upsert"`` (add or replace by id). ``chunk_tokens`` / ``chunk_overlap``: cut each document
         into chunks (:mod:`hybridret.chunking`); ``None``: as the index was built (a build records
         them), ``0``: no chunking. A document's chunks are replaced together: chunks that vanished
         are deleted, unchanged ones kept, and only chunks whose text is new are encoded. ``ttl``
-        (seconds): documents without an ``expires_at`` expire that long after this write."""
+        (seconds): documents without an ``expires_at`` expire that long after this write.
+        ``documents`` may also be a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader``, or
+        hold such tables among its items (:mod:`hybridret.arrow`; ``columns``: which columns hold
+        the id, text, title and metadata)."""
         from tqdm.auto import tqdm
+
+        from .arrow import flatten_arrow, is_arrow
 
         from .encoders._hf import progress_enabled
 
@@ -337,6 +342,10 @@ class IndexWriter:
         if isinstance(documents, (str, bytes, Mapping, Document)):
             raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
                                     f"(id, text) tuples), not a single {type(documents).__name__}")
+        if total is None and is_arrow(documents) and hasattr(documents, "num_rows"):
+            total = int(documents.num_rows)
+        documents = flatten_arrow(documents, columns) if is_arrow(documents) or columns is not None else \
+            _with_arrow(documents)
         spec = self._chunk_spec(mode, chunk_tokens, chunk_overlap)
         snap = None if mode == "build" else self.snapshot(reuse)
         now = self.clock()
@@ -755,6 +764,18 @@ class IndexWriter:
         logger.info("%s %d segments into %d (%d documents, %d tombstones dropped); %d segments now", what,
                     len(chosen), 1 if writer.count else 0, writer.count, result.deleted, len(entries))
         return result
+
+
+def _with_arrow(documents: Iterable[Any]) -> Iterable[Any]:
+    """``documents``, with pyarrow tables among its items expanded into their documents (a list
+    or a reader with counts of its own is kept as it is when it holds none)."""
+    from .arrow import flatten_arrow, is_arrow
+
+    if isinstance(documents, (list, tuple)) and not any(is_arrow(d) for d in documents):
+        return documents
+    if hasattr(documents, "skipped_empty"):  # a CorpusReader: its own documents, and its count of blank ones
+        return documents
+    return flatten_arrow(documents)
 
 
 def _check_ids(ids: Any) -> list[str]:

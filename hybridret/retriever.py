@@ -167,7 +167,7 @@ class HybridRetriever:
               workdir: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
               encode_cache: str | Path | None = None, overwrite: bool = False,
               source: Mapping[str, Any] | None = None, chunk_tokens: int | None = None,
-              chunk_overlap: int | None = None, ttl: float | None = None) -> HybridRetriever:
+              chunk_overlap: int | None = None, ttl: float | None = None, columns: Any = None) -> HybridRetriever:
         """Encode and index a stream of documents (``Document``, dict, ``(id, text)`` or str), replacing
         nothing: a retriever that already holds documents needs ``overwrite=True`` (or use
         :meth:`add` / :meth:`upsert`).
@@ -186,6 +186,12 @@ class HybridRetriever:
         ``DOCID#0``, ``DOCID#1``, ... with ``parent_id``, ``chunk``, ``start`` and ``end`` in their
         metadata; the index records it, and :meth:`add` / :meth:`upsert` cut the same way.
         ``ttl`` (seconds): documents without an ``expires_at`` expire that long from now.
+
+        Arrow: ``documents`` may be a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader`` (or
+        an iterable of them), read a batch at a time; ``columns`` maps its columns, e.g. ``{"id":
+        "doc_id", "text": "body", "metadata": ["source"]}`` (default: ``_id``/``id``, ``text``,
+        ``title``, every other column as metadata; see :mod:`hybridret.arrow`). A Parquet corpus:
+        ``index(CorpusReader("corpus.parquet"))``.
         """
         if self._searcher is not None and self.num_docs and not overwrite and workdir is None:
             raise IndexExistsError(f"this retriever already holds {self.num_docs} documents; use add()/upsert() "
@@ -203,7 +209,7 @@ class HybridRetriever:
         with self._writer(root, settings=self.settings) as w:
             w.write(documents, mode="build", batch_size=batch_size, chunk_size=chunk_size, encode_cache=encode_cache,
                     show_progress=show_progress, total=total, source=source, chunk_tokens=chunk_tokens,
-                    chunk_overlap=chunk_overlap, ttl=ttl)
+                    chunk_overlap=chunk_overlap, ttl=ttl, columns=columns)
             if root != self._root:
                 self._root, self._searcher = root, None
             self._after_write(w)
@@ -229,7 +235,7 @@ class HybridRetriever:
         """Add new documents (an id already in the index is an error: use :meth:`upsert`).
         Committed when this returns. Takes ``batch_size``, ``chunk_size``, ``encode_cache``,
         ``show_progress``, ``total``, ``chunk_tokens`` / ``chunk_overlap`` (default: as the index
-        was built; ``0``: no chunking) and ``ttl`` as :meth:`index` does."""
+        was built; ``0``: no chunking), ``ttl`` and ``columns`` (Arrow input) as :meth:`index` does."""
         return self._write(documents, "add", **kw)
 
     def upsert(self, documents: Iterable[Any], **kw: Any) -> WriteResult:

@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..retriever import HybridRetriever
     from ..types import SearchResults
 
-__all__ = ["NamingPath", "add_encoder_args", "add_eval_args", "add_method_arg", "add_ray_args", "build_retriever",
-           "check_output", "check_text_args", "count_records", "error_line", "judged", "logger", "print_hits",
+__all__ = ["NamingPath", "add_corpus_args", "add_encoder_args", "add_eval_args", "add_method_arg", "add_ray_args",
+           "build_retriever", "check_output", "check_text_args", "corpus_reader", "corpus_total", "count_records", "error_line", "judged", "logger", "print_hits",
            "print_result", "setup_logging", "stderr", "stdout_gone"]
 
 logger = logging.getLogger("hybridret")
@@ -38,6 +38,42 @@ def add_method_arg(p: argparse.ArgumentParser, help: str | None = None) -> None:
     from ..retrievers import REGISTRY  # the registry's module loads no model or native library
 
     p.add_argument("--method", default="hybrid", choices=method_names(REGISTRY), help=help)
+
+
+CORPUS_HELP = "corpus.jsonl, a BEIR folder, collection.tsv (.gz accepted), corpus.parquet or a folder of Parquet files"
+
+
+def add_corpus_args(p: argparse.ArgumentParser) -> None:
+    """The corpus positional, ``--format`` and the Parquet column mapping."""
+    p.add_argument("corpus", help=CORPUS_HELP + " (- = standard input)")
+    p.add_argument("--format", choices=("jsonl", "beir", "tsv", "parquet"), default=None, help="default: from the path")
+    g = p.add_argument_group("Parquet columns (default: _id or id, text or contents, title, every other column as "
+                             "metadata, a metadata struct / JSON column merged in)")
+    g.add_argument("--id-column", metavar="COL", default=None)
+    g.add_argument("--text-column", metavar="COL", default=None)
+    g.add_argument("--title-column", metavar="COL", default=None)
+    g.add_argument("--metadata-columns", metavar="COL,COL", default=None,
+                   help="the columns that become metadata ('' for none)")
+
+
+def corpus_reader(args: argparse.Namespace, **kw: Any) -> Any:
+    """The :class:`~hybridret.data.CorpusReader` of ``args.corpus`` with ``--format`` and the
+    column mapping (given only for Parquet: elsewhere it is an error)."""
+    from ..data import CorpusReader
+
+    cols: dict[str, Any] = {k: getattr(args, f"{k}_column") for k in ("id", "text", "title")
+                            if getattr(args, f"{k}_column", None) is not None}
+    if getattr(args, "metadata_columns", None) is not None:
+        cols["metadata"] = [c.strip() for c in args.metadata_columns.split(",") if c.strip()]
+    return CorpusReader(args.corpus, format=args.format, columns=cols or None, **kw)
+
+
+def corpus_total(reader: Any) -> int | None:
+    """The documents a reader will give, for the progress bar: Parquet's footers, else
+    :func:`count_records`."""
+    if reader.num_rows is not None:
+        return int(reader.num_rows)
+    return count_records(reader.file)
 
 
 def add_encoder_args(p: argparse.ArgumentParser) -> None:

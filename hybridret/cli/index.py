@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HybridRetError
-from ._common import NamingPath, add_encoder_args, add_ray_args, build_retriever, check_output, count_records, logger
+from ._common import (NamingPath, add_corpus_args, add_encoder_args, add_ray_args, build_retriever, check_output,
+                      corpus_reader, corpus_total, logger)
 from ._rag import add_chunk_args, chunk_kwargs
 
 __all__ = ["add_parser", "run"]
@@ -15,11 +16,11 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("index", help="encode and index a corpus",
-                       description="Index a JSONL file, a BEIR folder or an MS MARCO collection.tsv. "
-                                   "Documents whose title and text are both empty are skipped and counted.")
-    p.add_argument("corpus", help="corpus.jsonl, a BEIR folder, or collection.tsv (.gz accepted)")
+                       description="Index a JSONL file, a BEIR folder, an MS MARCO collection.tsv or Parquet (a "
+                                   "file or a folder of them). Documents whose title and text are both empty are "
+                                   "skipped and counted.")
+    add_corpus_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="index directory to write")
-    p.add_argument("--format", choices=("jsonl", "beir", "tsv"), default=None, help="default: from the path")
     p.add_argument("--faiss", default="Flat", metavar="FACTORY",
                    help="FAISS factory string (default: Flat = exact; e.g. HNSW32,Flat or IVF1024,PQ64)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
@@ -59,8 +60,6 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     import time
 
-    from ..data import CorpusReader
-
     rag = chunk_kwargs(args)
     if args.ray:
         from .sharded import index_ray
@@ -71,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.output)
     check_output(out, args.overwrite)
-    reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
-    total = count_records(reader.file)  # before the models load: a corrupt file fails fast
+    reader = corpus_reader(args, on_empty=args.on_empty)
+    total = corpus_total(reader)  # before the models load: a corrupt file fails fast
     retriever = build_retriever(args, faiss_factory=args.faiss, sparse_scheme=args.sparse_scheme,
                                 sparse_bits=args.sparse_bits, sparse_max_weight=args.sparse_max_weight,
                                 bm25=not args.no_bm25, store_text=not args.no_text)

@@ -34,11 +34,13 @@ logger = logging.getLogger(__name__)
 
 
 def _documents(documents: Iterable[Any] | str | Path) -> tuple[list[Document], int]:
+    from ..arrow import flatten_arrow, is_arrow
     from ..indexer import as_document
 
     source = CorpusReader(documents) if isinstance(documents, (str, Path)) else documents
+    items = source if hasattr(source, "skipped_empty") and not is_arrow(source) else flatten_arrow(source)
     docs, blank, seen = [], 0, set()
-    for i, item in enumerate(source):
+    for i, item in enumerate(items):
         doc = as_document(item, i, allow_bare=True)
         if not doc.full_text.strip():
             blank += 1
