@@ -326,7 +326,6 @@ class IndexWriter:
         from tqdm.auto import tqdm
 
         from .arrow import flatten_arrow, is_arrow
-
         from .encoders._hf import progress_enabled
 
         if mode not in ("build", "add", "upsert"):
@@ -337,15 +336,16 @@ class IndexWriter:
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0
                                 or ttl == float("inf")):
             raise ConfigError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        if is_arrow(documents):
+            if total is None and hasattr(documents, "num_rows"):
+                total = int(documents.num_rows)
+            documents = flatten_arrow(documents, columns)
         if documents is None or not hasattr(documents, "__iter__"):
             raise CorpusFormatError(f"documents must be an iterable of documents, got {type(documents).__name__}")
         if isinstance(documents, (str, bytes, Mapping, Document)):
             raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
                                     f"(id, text) tuples), not a single {type(documents).__name__}")
-        if total is None and is_arrow(documents) and hasattr(documents, "num_rows"):
-            total = int(documents.num_rows)
-        documents = flatten_arrow(documents, columns) if is_arrow(documents) or columns is not None else \
-            _with_arrow(documents)
+        documents = flatten_arrow(documents, columns) if columns is not None else _with_arrow(documents)
         spec = self._chunk_spec(mode, chunk_tokens, chunk_overlap)
         snap = None if mode == "build" else self.snapshot(reuse)
         now = self.clock()
