@@ -23,7 +23,7 @@ from .hybrid import FusionConfig
 from .index.expiry import Clock, check_clock
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
-from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult
+from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult, count_words, summary_logger
 from .retrievers import QueryBatch
 from .searcher import METHODS, EncoderSlot, Searcher
 from .types import Hits
@@ -114,7 +114,12 @@ class HybridRetriever:
 
     @property
     def num_docs(self) -> int:
+        """Live rows: documents, or chunks in an index of chunks (see :meth:`document_counts`)."""
         return self._searcher.num_docs if self._searcher is not None else 0
+
+    def document_counts(self) -> tuple[int, int]:
+        """``(documents, chunks)`` live now (see :meth:`Searcher.document_counts`)."""
+        return self._searcher.document_counts() if self._searcher is not None else (0, 0)
 
     def _single_segment(self) -> Any:
         segs = self.searcher.snapshot.segments
@@ -213,7 +218,8 @@ class HybridRetriever:
             if root != self._root:
                 self._root, self._searcher = root, None
             self._after_write(w)
-        logger.info("indexed %d documents", self.num_docs)
+        documents, chunks = self.searcher.document_counts()
+        summary_logger.info("indexed %s", count_words(documents, chunks if chunks else None))
         return self
 
     def _write(self, documents: Iterable[Any], mode: str, **kw: Any) -> WriteResult:
@@ -384,19 +390,19 @@ class HybridRetriever:
         return self
 
     def info(self) -> dict[str, Any]:
-        """The manifest plus counts per segment and the size on disk."""
+        """The manifest plus counts per segment and the size on disk. ``num_docs`` counts rows (live
+        chunks, in an index of chunks), ``num_documents`` documents and ``num_chunks`` chunk rows."""
+        from .index.parents import document_counts
+
         snap = self.searcher.snapshot
         out = dict(snap.manifest)
         now = snap.at(self.clock())
-        out["num_docs"] = now.num_docs  # expired documents are not live
+        out["num_docs"] = now.num_docs  # expired documents are not live (rows: chunks in an index of chunks)
+        out["num_documents"], out["num_chunks"] = document_counts(now)
         out["num_deleted"] = snap.num_deleted
         out["num_expired"] = now.num_expired  # expired, not yet purged or compacted away
         out["segments"] = [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in snap.manifest["segments"]]
-        comps = {k: dict(v) for k, v in out.get("components", {}).items()}
-        parts = [s.sparse for s in snap.segments if s.sparse is not None]
-        if "sparse" in comps and parts:  # counts over every segment, not the newest one's
-            comps["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
-        out["components"] = comps
+        out["components"] = _components_of(snap, out.get("components", {}))
         out["bytes_on_disk"] = sum(f.stat().st_size for s in snap.segments for f in s.root.rglob("*") if f.is_file())
         return out
 
@@ -423,9 +429,10 @@ class HybridRetriever:
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
         return self.searcher.encode_queries(texts, needs)
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
-        """See :meth:`Searcher.get`: stored documents by id (``None`` where absent)."""
-        return self.searcher.get(ids)
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
+        """See :meth:`Searcher.get`: stored documents by id (``None`` where absent); in an index of
+        chunks a document's id gives it re-assembled, with its chunks when ``chunks=True``."""
+        return self.searcher.get(ids, chunks=chunks)
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,
                   limit: int | None = None) -> list[dict[str, Any]]:
@@ -461,6 +468,26 @@ class HybridRetriever:
         return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
                                      threads=threads, offset=offset, group_by=group_by, group_size=group_size,
                                      rerank=rerank, rerank_depth=rerank_depth, relevance=relevance)
+
+
+def _components_of(snap: Any, newest: Mapping[str, Any]) -> dict[str, Any]:
+    """Every part described over all segments (:func:`~hybridret.indexer.components_across`): the
+    ``meta.json`` each segment wrote for it; the manifest's (the newest segment's) where a segment
+    has none (older layouts)."""
+    from .index.storage import read_json
+    from .indexer import components_across
+
+    metas: dict[str, list[dict[str, Any]]] = {}
+    for seg in snap.segments:
+        for name in newest:
+            path = seg.root / name / "meta.json"
+            if path.is_file():
+                metas.setdefault(name, []).append(read_json(path))
+    out = {name: components_across(metas[name]) if name in metas else dict(meta) for name, meta in newest.items()}
+    parts = [s.sparse for s in snap.segments if getattr(s, "sparse", None) is not None]
+    if "sparse" in out and parts and len(metas.get("sparse", [])) != len(snap.segments):  # older layouts
+        out["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
+    return out
 
 
 def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:

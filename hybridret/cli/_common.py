@@ -127,6 +127,8 @@ def setup_logging(args: argparse.Namespace) -> None:
         handler._hybridret_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(level)
+    # the library's one-line summaries of writes: the commands print their own
+    logging.getLogger("hybridret.summary").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
 
 
 _CLI_STATE = {"quiet": False}  # this CLI run's -q, read by the warnings hook below
@@ -306,10 +308,8 @@ def print_result(result: Any, args: argparse.Namespace, what: str) -> None:
     if args.json:
         print(json.dumps(result.to_dict()))
         return
-    done = {k: v for k, v in result.to_dict().items() if k in ("added", "updated", "unchanged", "deleted",
-                                                              "skipped_empty") and v}
-    parts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in done.items()) or "nothing changed"
-    print(f"{what} {args.index}: {parts}" + (f" (commit {result.commit})" if result.commit is not None else ""))
+    print(f"{what} {args.index}: {result.summary()}" + (f" (commit {result.commit})" if result.commit is not None
+                                                         else ""))
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     import time
 
+    from ..indexer import count_words
     rag = chunk_kwargs(args)
     if args.ray:
         from .sharded import index_ray
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                                 bm25=not args.no_bm25, store_text=not args.no_text)
     cache = None if args.no_encode_cache else Path(args.encode_cache or out / "encode-cache")
     if cache is not None and (cache / "cache.json").is_file():
-        logger.info("resuming: reusing encoded chunks from %s", cache)
+        logger.info("resuming: reusing the encodings kept in %s", cache)
     start = time.perf_counter()
     with NamingPath(out):
         retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
@@ -85,7 +86,12 @@ def run(args: argparse.Namespace) -> int:
                         source={"path": str(args.corpus), "format": reader.format}, **rag)
     if cache is not None and args.encode_cache is None:
         shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
+    elif cache is not None:
+        logger.info("the encoding cache %s is kept (--encode-cache); remove it when no later build needs it", cache)
     took = time.perf_counter() - start
-    logger.info("indexed %d documents into %s in %.1f s (%.1f docs/s)", retriever.num_docs, out, took,
-                retriever.num_docs / max(took, 1e-9))
+    documents, chunks = retriever.document_counts()
+    rows = retriever.num_docs
+    unit = "chunks" if chunks else "docs"
+    logger.info("indexed %s into %s in %.1f s (%.1f %s/s)", count_words(documents, chunks if chunks else None), out,
+                took, rows / max(took, 1e-9), unit)
     return 0

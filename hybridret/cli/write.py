@@ -106,7 +106,11 @@ def run_delete(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(result.to_dict()))
         else:
-            print(f"would delete {result.deleted} documents from {args.index} (dry run: nothing was deleted)")
+            from ..indexer import count_words
+
+            what = count_words(result.documents["deleted"], result.deleted) if result.documents else \
+                count_words(result.deleted)
+            print(f"would delete {what} from {args.index} (dry run: nothing was deleted)")
             for doc_id in result.matched or []:
                 print(doc_id)
         return 0
@@ -137,9 +141,12 @@ def run_compact(args: argparse.Namespace) -> int:
         print(f"{args.index}: nothing to compact ({before} segment, no deleted documents"
               + (", already in the current format)" if args.migrate else ")"))
     else:
+        from ..indexer import count_words
+
         snap = retriever.searcher.snapshot
-        print(f"compacted {before} segments of {args.index} into {len(snap.segments)} ({snap.num_docs} documents) "
-              f"(commit {result.commit})")
+        documents, chunks = retriever.document_counts()
+        print(f"compacted {before} segments of {args.index} into {len(snap.segments)} "
+              f"({count_words(documents, chunks or None)}) (commit {result.commit})")
     return 0
 
 

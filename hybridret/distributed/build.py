@@ -157,6 +157,6 @@ def build_sharded(documents: Iterable[Any] | str | Path, output: str | Path, *, 
     out = {"num_docs": len(docs), "skipped_empty": blank, "encoded": encoded, "shards": {
         shard_name(i): {"num_docs": r["added"], "commit": r["commit"]} for i, r in enumerate(results)},
         "seconds": {"read": t1 - t0, "encode": t2 - t1, "write": t3 - t2, "total": t3 - t0}}
-    logger.info("built %s: %d documents in %d shards (%d encoded, %.1f s)", output, len(docs), shards, encoded,
-                t3 - t0)
+    logging.getLogger("hybridret.summary").info("built %s: %d documents in %d shards (%d encoded, %.1f s)", output,
+                                                len(docs), shards, encoded, t3 - t0)
     return out

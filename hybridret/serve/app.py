@@ -306,6 +306,8 @@ class WriteResponse(BaseModel):
     encoded: int = 0
     missing: list[str] = []
     matched: list[str] | None = Field(None, description="a dry-run delete: the ids it would delete")
+    documents: dict[str, int] = Field({}, description="in an index of chunks: the counts above in documents "
+                                                      "(added, updated, unchanged, deleted)")
     commit: int | None = None
     commits: dict[str, int | None] | None = Field(None, description="sharded index: the commit each touched shard wrote")
     num_docs: int = Field(description="live documents after this write")
@@ -314,7 +316,9 @@ class WriteResponse(BaseModel):
 
 class HealthResponse(BaseModel):
     status: str
-    num_docs: int
+    num_docs: int = Field(description="live rows: documents, or chunks in an index of chunks")
+    num_documents: int | None = Field(None, description="in an index of chunks: the documents they belong to")
+    num_chunks: int | None = Field(None, description="in an index of chunks: the live chunks")
     commit: int | None
     commits: dict[str, int] | None = Field(None, description="sharded index: each shard's commit")
 

@@ -105,17 +105,24 @@ class LocalBackend:
         return out
 
     def health(self) -> dict[str, Any]:
+        from ..index.parents import document_counts
+
         snap = self.searcher.current()  # expired documents are not counted
-        return {"num_docs": snap.num_docs, "commit": snap.commit}
+        documents, chunks = document_counts(snap)
+        counts = {"num_documents": documents, "num_chunks": chunks} if chunks else {}
+        return {"num_docs": snap.num_docs, **counts, "commit": snap.commit}
 
     def info(self) -> dict[str, Any]:
+        from ..index.parents import document_counts
+
         searcher = self.searcher
         snap = searcher.current()
         manifest = snap.manifest
         default = searcher.fusion_config("hybrid", None, snap)
         return {
             "index": str(searcher.root), "commit": snap.commit, "saved_at": manifest.get("saved_at"),
-            "num_docs": snap.num_docs, "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
+            "num_docs": snap.num_docs, "num_documents": document_counts(snap)[0], "num_chunks": document_counts(snap)[1],
+            "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
             "encoder": manifest.get("encoder"), "chunking": manifest.get("chunking"),
             "components": manifest.get("components", {}), "available": searcher.available(snap),
             "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
