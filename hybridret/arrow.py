@@ -222,9 +222,9 @@ def _merged(value: Any, column: str) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}  # a struct's absent fields read as null
 
 
-def batch_documents(batch: Any, cols: _Resolved, where: Any) -> Iterator[tuple[int, Any]]:
-    """``(row, Document)`` for every row of one record batch; ``where(row)`` names a row in errors."""
-    from .data import Document
+def batch_documents(batch: Any, cols: _Resolved, where: Any) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(row, {"id", "title", "text", "metadata"})`` for every row of one record batch (what
+    :class:`~hybridret.data.Document` holds); ``where(row)`` names a row in errors."""
     from .index.metadata import check_metadata
 
     n = batch.num_rows
@@ -257,7 +257,7 @@ def batch_documents(batch: Any, cols: _Resolved, where: Any) -> Iterator[tuple[i
         except ValueError as exc:  # MetadataError too
             field = getattr(exc, "field", None) or "metadata"
             raise CorpusFormatError(f"{where(r)} (id {doc_id!r}): {exc}", field=field) from None
-        yield r, Document(id=doc_id, text=text, title=title, metadata=meta)
+        yield r, {"id": doc_id, "title": title, "text": text, "metadata": meta}
 
 
 def _batches_of(obj: Any) -> Iterator[Any]:
@@ -272,9 +272,10 @@ def _batches_of(obj: Any) -> Iterator[Any]:
 
 
 def arrow_documents(data: Any, columns: ColumnMap | Mapping[str, Any] | None = None, *, label: str = "table"
-                    ) -> Iterator[Any]:
-    """The documents of a pyarrow ``Table``, ``RecordBatch``, ``RecordBatchReader``, or an iterable
-    of those (streamed: one batch at a time). Errors name the batch and the row."""
+                    ) -> Iterator[dict[str, Any]]:
+    """The documents (``{"id", "title", "text", "metadata"}``) of a pyarrow ``Table``,
+    ``RecordBatch``, ``RecordBatchReader``, or an iterable of those (streamed: one batch at a
+    time). Errors name the batch and the row."""
     require_pyarrow()
     cmap = ColumnMap.of(columns)
     items = [data] if is_arrow(data) else data
@@ -364,8 +365,8 @@ class ParquetCorpus:
         f, g, r, row = loc
         return f"{self.files[f]}: row group {g}, row {r} (row {row} of the file, counting from 0)"
 
-    def records(self) -> Iterator[tuple[tuple[int, int, int, int], Any]]:
-        """``(location, Document)`` per row, file after file, row group after row group, in batches
+    def records(self) -> Iterator[tuple[tuple[int, int, int, int], dict[str, Any]]]:
+        """``(location, {"id", "title", "text", "metadata"})`` per row, file after file, row group after row group, in batches
         (:meth:`describe` turns a location into words)."""
         import pyarrow.parquet as pq
 

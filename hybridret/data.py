@@ -540,7 +540,8 @@ class CorpusReader:
         first_empty: Any = None
         path = self.file
         name = _display(path)
-        records = self._parquet.records() if self._parquet is not None else self._lines()
+        records = ((loc, Document(**rec)) for loc, rec in self._parquet.records()) if self._parquet is not None \
+            else self._lines()
         for loc, doc in records:
             prev = seen.get(doc.id)
             if prev is not None:

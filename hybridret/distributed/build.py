@@ -51,7 +51,8 @@ def _parquet_via_ray(reader: CorpusReader) -> Iterator[Document]:
     ordered, ctx.execution_options.preserve_order = ctx.execution_options.preserve_order, True  # file order
     try:
         for b, batch in enumerate(ds.iter_batches(batch_size=BATCH_ROWS, batch_format="pyarrow")):
-            for r, doc in batch_documents(batch, cols, lambda r, b=b: f"{reader.path}: batch {b}, row {r}"):
+            for r, rec in batch_documents(batch, cols, lambda r, b=b: f"{reader.path}: batch {b}, row {r}"):
+                doc = Document(**rec)
                 if reader.on_empty == "error" and not doc.full_text:
                     raise CorpusFormatError(f"{reader.path}: batch {b}, row {r}: document {doc.id!r} is empty")
                 yield doc
