@@ -914,6 +914,26 @@ def components_across(metas: list[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def parts_across_segments(snap: Any) -> dict[str, Any]:
+    """Every part described over all segments (:func:`~hybridret.indexer.components_across`): the
+    ``meta.json`` each segment wrote for it; the manifest's (the newest segment's) where a segment
+    has none (older layouts)."""
+    from .index.storage import read_json
+
+    newest = snap.manifest.get("components") or {}
+    metas: dict[str, list[dict[str, Any]]] = {}
+    for seg in snap.segments:
+        for name in newest:
+            path = seg.root / name / "meta.json"
+            if path.is_file():
+                metas.setdefault(name, []).append(read_json(path))
+    out = {name: components_across(metas[name]) if name in metas else dict(meta) for name, meta in newest.items()}
+    parts = [s.sparse for s in snap.segments if getattr(s, "sparse", None) is not None]
+    if "sparse" in out and parts and len(metas.get("sparse", [])) != len(snap.segments):  # older layouts
+        out["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
+    return out
+
+
 def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:
     """What ``info`` shows of the components: the ``meta.json`` of each part of the newest segment."""
     from .index.storage import read_json

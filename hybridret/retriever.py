@@ -23,7 +23,7 @@ from .hybrid import FusionConfig
 from .index.expiry import Clock, check_clock
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
-from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult, count_words, summary_logger
+from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult, count_words, parts_across_segments, summary_logger
 from .retrievers import QueryBatch
 from .searcher import METHODS, EncoderSlot, Searcher
 from .types import Hits
@@ -402,7 +402,7 @@ class HybridRetriever:
         out["num_deleted"] = snap.num_deleted
         out["num_expired"] = now.num_expired  # expired, not yet purged or compacted away
         out["segments"] = [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in snap.manifest["segments"]]
-        out["components"] = _components_of(snap, out.get("components", {}))
+        out["components"] = parts_across_segments(snap)
         out["bytes_on_disk"] = sum(f.stat().st_size for s in snap.segments for f in s.root.rglob("*") if f.is_file())
         return out
 
@@ -468,26 +468,6 @@ class HybridRetriever:
         return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
                                      threads=threads, offset=offset, group_by=group_by, group_size=group_size,
                                      rerank=rerank, rerank_depth=rerank_depth, relevance=relevance)
-
-
-def _components_of(snap: Any, newest: Mapping[str, Any]) -> dict[str, Any]:
-    """Every part described over all segments (:func:`~hybridret.indexer.components_across`): the
-    ``meta.json`` each segment wrote for it; the manifest's (the newest segment's) where a segment
-    has none (older layouts)."""
-    from .index.storage import read_json
-    from .indexer import components_across
-
-    metas: dict[str, list[dict[str, Any]]] = {}
-    for seg in snap.segments:
-        for name in newest:
-            path = seg.root / name / "meta.json"
-            if path.is_file():
-                metas.setdefault(name, []).append(read_json(path))
-    out = {name: components_across(metas[name]) if name in metas else dict(meta) for name, meta in newest.items()}
-    parts = [s.sparse for s in snap.segments if getattr(s, "sparse", None) is not None]
-    if "sparse" in out and parts and len(metas.get("sparse", [])) != len(snap.segments):  # older layouts
-        out["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
-    return out
 
 
 def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:

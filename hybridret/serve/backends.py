@@ -114,6 +114,7 @@ class LocalBackend:
 
     def info(self) -> dict[str, Any]:
         from ..index.parents import document_counts
+        from ..indexer import parts_across_segments
 
         searcher = self.searcher
         snap = searcher.current()
@@ -124,7 +125,7 @@ class LocalBackend:
             "num_docs": snap.num_docs, "num_documents": document_counts(snap)[0], "num_chunks": document_counts(snap)[1],
             "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
             "encoder": manifest.get("encoder"), "chunking": manifest.get("chunking"),
-            "components": manifest.get("components", {}), "available": searcher.available(snap),
+            "components": parts_across_segments(snap), "available": searcher.available(snap),
             "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
             "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
         }
