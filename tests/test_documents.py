@@ -5,6 +5,7 @@ describes every part across all segments and the encoder in words; a build says 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -29,17 +30,20 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
-def test_cli_counts_documents_and_chunks_and_gets_a_document_back(tmp_path, capsys):
+def test_cli_counts_documents_and_chunks_and_gets_a_document_back(tmp_path, capsys, caplog):
     out = tmp_path / "kb"
     corpus = _jsonl(tmp_path / "docs.jsonl", DOCS)
-    assert main(["index", str(corpus), "-o", str(out), "--chunk-tokens", "16", "--chunk-overlap", "4"]) == 0
-    err = capsys.readouterr().err
+    with caplog.at_level(logging.INFO, logger="hybridret"):
+        assert main(["index", str(corpus), "-o", str(out), "--chunk-tokens", "16", "--chunk-overlap", "4"]) == 0
+    said = [rec.getMessage() for rec in caplog.records]
+    capsys.readouterr()
     r = HybridRetriever.load(out)
     documents, chunks = r.document_counts()
     assert documents == 3 and chunks == r.num_docs > 3
     # the summary once, in documents and chunks; no advice about a cache that was already removed
-    assert err.count("indexed ") == 1 and f"indexed 3 documents ({chunks} chunks) into {out}" in err
-    assert "remove it" not in err and "encoding cache" not in err and not (out / "encode-cache").exists()
+    summaries = [m for m in said if "indexed" in m or m.startswith("build")]
+    assert len(summaries) == 1 and summaries[0].startswith(f"indexed 3 documents ({chunks} chunks) into {out} in ")
+    assert not any("remove it" in m or "encoding cache" in m for m in said) and not (out / "encode-cache").exists()
 
     assert main(["-q", "info", str(out)]) == 0
     text = capsys.readouterr().out
