@@ -403,8 +403,8 @@ class IndexWriter:
         seg_dir = new_segment(self.root)
         writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
         result = WriteResult()
-        chunked = spec is not None or bool((self.manifest or {}).get("chunking")) or (
-            snap is not None and document_counts(snap)[1] > 0)
+        chunked = spec is not None or (mode != "build" and (bool((self.manifest or {}).get("chunking")) or (
+            snap is not None and document_counts(snap)[1] > 0)))
         if chunked:
             result.documents = {"added": 0, "updated": 0, "unchanged": 0}
         replaced: dict[int, list[int]] = {}
