@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
-import logging
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,8 +32,6 @@ from .errors import ConfigError, CorpusFormatError, MissingDependencyError
 
 __all__ = ["BATCH_ROWS", "PARQUET_SUFFIXES", "ColumnMap", "ParquetCorpus", "arrow_documents", "is_arrow",
            "parquet_files", "require_pyarrow"]
-
-logger = logging.getLogger(__name__)
 
 #: Rows per record batch read from a Parquet row group (memory holds one batch of the used columns).
 BATCH_ROWS = 1024

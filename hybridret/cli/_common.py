@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..types import SearchResults
 
 __all__ = ["NamingPath", "add_corpus_args", "add_encoder_args", "add_eval_args", "add_method_arg", "add_ray_args",
-           "build_retriever", "check_output", "check_text_args", "corpus_reader", "corpus_total", "count_records", "error_line", "judged", "logger", "print_hits",
-           "print_result", "setup_logging", "stderr", "stdout_gone"]
+           "build_retriever", "check_output", "check_text_args", "corpus_reader", "corpus_total", "count_records",
+           "error_line", "judged", "logger", "print_hits", "print_result", "setup_logging", "stderr", "stdout_gone"]
 
 logger = logging.getLogger("hybridret")
 
