@@ -122,6 +122,8 @@ def test_server_info_and_health_count_documents(paired_encoder, tmp_path):
         info = client.get("/info").json()
         health = client.get("/health").json()
         got = client.get("/documents", params={"ids": "trains"}).json()["documents"][0]
+        with_chunks = client.get("/documents", params={"ids": "trains", "chunks": "true"}).json()["documents"][0]
     assert info["num_documents"] == health["num_documents"] == 3
     assert info["num_chunks"] == health["num_chunks"] == health["num_docs"] == r.num_docs
-    assert got["text"] == TRAINS
+    assert got["text"] == TRAINS and "chunks" not in got
+    assert with_chunks["text"] == TRAINS and len(with_chunks["chunks"]) == with_chunks["num_chunks"] > 1

@@ -73,12 +73,9 @@ def _read_ids(args: argparse.Namespace, words: list[str]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     if args.server:  # every positional word is an id
-        if args.chunks:
-            raise HybridRetError("--chunks is not available with --server (the server returns documents "
-                                 "re-assembled, without their chunks)")
         ids = _read_ids(args, server_words(args.index, args.ids))
         with remote_client(args) as client:
-            docs = client.get(ids)
+            docs = client.get(ids, chunks=args.chunks)
     else:
         from ..searcher import Searcher
 

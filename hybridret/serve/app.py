@@ -640,14 +640,16 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
              summary="stored documents by id (null for ids not in the index): /documents?ids=a&ids=b or ?ids=a,b")
     async def get_documents(ids: list[str] = Query(..., description="document ids, repeated (ids=a&ids=b) or "
                                                                     "comma-separated (ids=a,b); a value that is "
-                                                                    "itself a stored id is taken whole")
+                                                                    "itself a stored id is taken whole"),
+                            chunks: bool = Query(False, description="in an index of chunks: a document (given by "
+                                                                    "its id, re-assembled) with its chunks as stored")
                             ) -> dict[str, Any]:
         def lookup() -> list[dict[str, Any] | None]:
             service.fresh()
             wanted = service.expand_ids(ids)
             if len(wanted) > MAX_DOCUMENTS:
                 raise ApiError(400, "invalid_request", f"at most {MAX_DOCUMENTS} ids per request, got {len(wanted)}")
-            return backend.get(wanted)
+            return backend.get(wanted, chunks=True) if chunks else backend.get(wanted)
 
         return {"documents": await run_in_threadpool(lookup)}
 

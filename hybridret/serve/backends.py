@@ -87,8 +87,8 @@ class LocalBackend:
                                     offset=offset, group_by=group_by, group_size=group_size, rerank=rerank,
                                     rerank_depth=rerank_depth, relevance=relevance)
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
-        return self.searcher.get(ids)
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
+        return self.searcher.get(ids, chunks=chunks)
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
                   limit: int | None) -> dict[str, Any]:
@@ -201,7 +201,9 @@ class ShardedBackend:
                                     rerank=rerank, rerank_depth=rerank_depth,
                                     relevance=relevance)  # a missing shard: ShardUnavailableError
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
+        if chunks:
+            raise ConfigError("chunks=true is not supported on a sharded index (its builds do not chunk documents)")
         return self.searcher.get(ids)
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
