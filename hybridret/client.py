@@ -375,13 +375,15 @@ class Client:
     def info(self) -> dict[str, Any]:
         return self._request("GET", "/info")
 
-    def get(self, ids: Iterable[str] | str) -> list[dict[str, Any] | None]:
+    def get(self, ids: Iterable[str] | str, *, chunks: bool = False) -> list[dict[str, Any] | None]:
         """Stored documents by id (``{"id", "title", "text", "metadata"}``; ``None`` where absent),
-        as :meth:`hybridret.Searcher.get`."""
+        as :meth:`hybridret.Searcher.get`: in an index of chunks a document's id gives it
+        re-assembled, with its chunks when ``chunks=True``."""
         ids = _check_ids(ids, strings_only=True)
         if not ids:
             return []
-        return self._request("GET", "/documents?" + urlencode([("ids", i) for i in ids]))["documents"]
+        query = [("ids", i) for i in ids] + ([("chunks", "true")] if chunks else [])
+        return self._request("GET", "/documents?" + urlencode(query))["documents"]
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,
                   limit: int | None = None) -> list[dict[str, Any]]:

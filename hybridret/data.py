@@ -6,6 +6,8 @@ Supported inputs (any file may be gzip-compressed; compression is detected by a 
   ``"id"``), an optional ``"title"`` and a ``"text"`` (or pyserini's ``"contents"``).
 * **BEIR folders**: a directory holding ``corpus.jsonl``, ``queries.jsonl`` and ``qrels/<split>.tsv``.
 * **TSV** corpora such as MS MARCO ``collection.tsv``: ``id<TAB>text`` or ``id<TAB>title<TAB>text``.
+* **Parquet**: a ``*.parquet`` file or a folder of them, read a row group at a time, with a column
+  mapping for id, title, text and metadata (:mod:`hybridret.arrow`; needs the ``parquet`` extra).
 * Queries as BEIR ``queries.jsonl`` or ``qid<TAB>text`` TSV files.
 * Qrels as BEIR TSV (``query-id corpus-id score``, optional header) or TREC (``qid 0 docid grade``).
 
@@ -73,7 +75,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _ASCII_INT = re.compile(r"[+-]?[0-9]{1,18}")
 _GRADE_RANGE = (-(2**31), 2**31 - 1)  # what trec_eval / pytrec_eval store grades in
 
-CORPUS_FORMATS = ("jsonl", "beir", "tsv")
+CORPUS_FORMATS = ("jsonl", "beir", "tsv", "parquet")
 _ON_EMPTY = ("skip", "error")
 # First-line values recognised as a TSV header (first column) and skipped.
 _DOC_HEADER_IDS = frozenset({"id", "_id", "docid", "doc_id", "doc-id", "pid", "corpus-id"})
@@ -353,8 +355,9 @@ def _duplicate(kind: str, id_: str, first: int, path: Path, line: int, field: st
 def detect_corpus_format(path: PathLike) -> str:
     """Guess the corpus format of ``path``: ``"jsonl"``, ``"beir"`` or ``"tsv"``.
 
-    A directory holding ``corpus.jsonl`` (or ``corpus.jsonl.gz``) is ``"beir"``; ``*.jsonl``,
-    ``*.json`` are ``"jsonl"``; ``*.tsv`` is ``"tsv"`` (each optionally ``.gz``).
+    A directory holding ``corpus.jsonl`` (or ``corpus.jsonl.gz``) is ``"beir"``, one holding
+    Parquet files ``"parquet"``; ``*.jsonl``, ``*.json`` are ``"jsonl"``; ``*.tsv`` is ``"tsv"``
+    (each optionally ``.gz``); ``*.parquet`` (``.pq``) is ``"parquet"``.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -366,17 +369,24 @@ def detect_corpus_format(path: PathLike) -> str:
     if p.is_dir():
         if _beir_corpus_file(p) is not None:
             return "beir"
+        from .arrow import parquet_files
+
+        if parquet_files(p):
+            return "parquet"
         raise CorpusFormatError(
-            "directory is not a BEIR folder (no corpus.jsonl or corpus.jsonl.gz inside)", path=str(p)
+            "directory is neither a BEIR folder (no corpus.jsonl or corpus.jsonl.gz inside) nor a folder of Parquet "
+            "files (*.parquet)", path=str(p)
         )
     name = _strip_gz(p)
+    if name.endswith((".parquet", ".pq", ".parq")):
+        return "parquet"
     if name.endswith((".jsonl", ".json")):
         return "jsonl"
     if name.endswith(".tsv"):
         return "tsv"
     raise CorpusFormatError(
         "cannot detect corpus format from the file name (expected .jsonl, .json or .tsv, "
-        "optionally .gz, or a BEIR folder); pass format= explicitly",
+        "optionally .gz, .parquet, a BEIR folder or a folder of Parquet files); pass format= explicitly",
         path=str(p),
     )
 
@@ -395,23 +405,29 @@ def _sniff_format(text: str) -> str:
 
 
 class CorpusReader:
-    """A re-iterable stream of :class:`Document` from a corpus file or BEIR folder.
+    """A re-iterable stream of :class:`Document` from a corpus file, a BEIR folder or Parquet.
 
     Args:
         path: a ``.jsonl``/``.json``/``.tsv`` file (optionally ``.gz``), a BEIR folder, or a stream:
             ``"-"`` for standard input, a named pipe, ``/dev/stdin``. A stream can be iterated only
             once; when its name does not tell the format (and ``format`` is ``None``), the first
             non-blank line does: JSON Lines if it starts with ``{``, else TSV.
-        format: ``"jsonl"``, ``"beir"`` or ``"tsv"``; detected from ``path`` when ``None``.
+        format: ``"jsonl"``, ``"beir"``, ``"tsv"`` or ``"parquet"``; detected from ``path`` when ``None``.
         on_empty: what to do with documents whose title and text are both blank: ``"skip"``
             (count them and log one warning at the end of the pass) or ``"error"``.
         max_line_bytes: longest accepted line (default :data:`MAX_LINE_BYTES`).
+        columns: Parquet only: which columns hold the id, text, title and metadata, a
+            :class:`~hybridret.arrow.ColumnMap` or a mapping such as ``{"id": "doc_id", "text":
+            "body", "metadata": ["source"]}`` (default: ``_id``/``id``, ``text``/``contents``,
+            ``title``, every other column as metadata).
 
     Attributes (updated by each pass; final once a pass has been fully consumed):
         path: the path as given.
         format: the resolved format (``None`` for a stream until its first line has been read).
         stream: whether ``path`` is a stream (read once; its size is unknown).
-        file: the data file actually read (``corpus.jsonl`` inside a BEIR folder).
+        file: the data file actually read (``corpus.jsonl`` inside a BEIR folder; for Parquet the
+            file or folder given).
+        num_rows: Parquet only: the rows of every file, from their footers (else ``None``).
         n_read: documents yielded so far in the current/last pass.
         skipped_empty: empty documents skipped so far in the current/last pass.
 
@@ -428,7 +444,7 @@ class CorpusReader:
     """
 
     def __init__(self, path: PathLike, format: str | None = None, on_empty: str = "skip", *,
-                 max_line_bytes: int | None = None) -> None:
+                 max_line_bytes: int | None = None, columns: Any = None) -> None:
         if on_empty not in _ON_EMPTY:
             raise ConfigError(f"on_empty must be one of {_ON_EMPTY}, got {on_empty!r}")
         if format is not None and format not in CORPUS_FORMATS:
@@ -450,10 +466,23 @@ class CorpusReader:
             format = detect_corpus_format(self.path)
         self.format: str | None = format
         self.on_empty = on_empty
+        self.num_rows: int | None = None
+        self._parquet: Any = None
+        if columns is not None and self.format != "parquet":
+            raise ConfigError(f"a column mapping (columns=; CLI --id-column, --text-column, --title-column, "
+                              f"--metadata-columns) applies to Parquet input only; {_display(self.path)} is read as "
+                              f"{self.format}")
         if self.stream:
-            if self.format == "beir":
-                raise CorpusFormatError("format 'beir' needs a directory, got a stream", path=_display(self.path))
+            if self.format in ("beir", "parquet"):
+                what = "a directory" if self.format == "beir" else "a file (Parquet is not read from a stream)"
+                raise CorpusFormatError(f"format {self.format!r} needs {what}, got a stream", path=_display(self.path))
             self.file = self.path
+        elif self.format == "parquet":
+            from .arrow import ParquetCorpus
+
+            self._parquet = ParquetCorpus(self.path, columns)  # footers and columns checked now
+            self.file = self.path
+            self.num_rows = self._parquet.num_rows
         elif self.format == "beir":
             if not self.path.is_dir():
                 raise CorpusFormatError("format 'beir' needs a directory", path=str(self.path))
@@ -484,16 +513,11 @@ class CorpusReader:
             self._consumed = True
         return self._iter_docs()
 
-    def _iter_docs(self) -> Iterator[Document]:
-        self.n_read = 0
-        self.skipped_empty = 0
-        self.quoted_tabs = 0
-        seen: dict[str, int] = {}
-        first_empty: int | None = None
-        path = self.file
-        name = _display(path)
+    def _lines(self) -> Iterator[tuple[int, Document]]:
+        """``(line number, document)`` of a JSON Lines or TSV corpus."""
+        name = _display(self.file)
         first = True  # the first non-blank line, where a TSV header may be
-        for lineno, text in _iter_lines(path, max_line_bytes=self.max_line_bytes):
+        for lineno, text in _iter_lines(self.file, max_line_bytes=self.max_line_bytes):
             if not text.strip():
                 continue
             if self.format is None:
@@ -501,21 +525,43 @@ class CorpusReader:
                 logger.info("reading %s as %s (from its first line; pass format= to choose)", name, self.format)
             doc = self._parse_tsv(text, lineno, first) if self.format == "tsv" else self._parse_jsonl(text, lineno)
             first = False
-            if doc is None:  # header line
-                continue
+            if doc is not None:  # None: a header line
+                yield lineno, doc
+
+    def _where(self, loc: Any) -> str:
+        """A document's place in words: ``line N`` or, for Parquet, file, row group and row."""
+        return self._parquet.describe(loc) if self._parquet is not None else f"line {loc}"
+
+    def _iter_docs(self) -> Iterator[Document]:
+        self.n_read = 0
+        self.skipped_empty = 0
+        self.quoted_tabs = 0
+        seen: dict[str, Any] = {}
+        first_empty: Any = None
+        path = self.file
+        name = _display(path)
+        records = ((loc, Document(**rec)) for loc, rec in self._parquet.records()) if self._parquet is not None \
+            else self._lines()
+        for loc, doc in records:
             prev = seen.get(doc.id)
             if prev is not None:
-                raise _duplicate("document", doc.id, prev, path, lineno, "id")
-            seen[doc.id] = lineno
+                if self._parquet is None:
+                    raise _duplicate("document", doc.id, prev, path, loc, "id")
+                raise CorpusFormatError(f"duplicate document id {doc.id!r}: at {self._where(prev)} and at "
+                                        f"{self._where(loc)}", field="id")
+            seen[doc.id] = loc
             if not doc.title.strip() and not doc.text.strip():
                 if self.on_empty == "error":
+                    if self._parquet is not None:
+                        raise CorpusFormatError(f"{self._where(loc)}: document {doc.id!r} has empty title and text",
+                                                field="text")
                     raise CorpusFormatError(
                         f"document {doc.id!r} has empty title and text", path=name,
-                        line=lineno, field="text",
+                        line=loc, field="text",
                     )
                 self.skipped_empty += 1
                 if first_empty is None:
-                    first_empty = lineno
+                    first_empty = loc
                 continue
             self.n_read += 1
             yield doc
@@ -523,10 +569,8 @@ class CorpusReader:
             logger.warning('%d lines of %s have a "quoted" field holding a tab (split at the tab)', self.quoted_tabs,
                            name)
         if self.skipped_empty:
-            logger.warning(
-                "skipped %d empty documents in %s (first at line %d)",
-                self.skipped_empty, name, first_empty,
-            )
+            logger.warning("skipped %d empty documents in %s (first at %s)", self.skipped_empty, name,
+                           self._where(first_empty))
         logger.debug("read %d documents from %s", self.n_read, name)
 
     def _parse_jsonl(self, text: str, lineno: int) -> Document:
@@ -562,12 +606,13 @@ class CorpusReader:
 
 
 def iter_corpus(path: PathLike, format: str | None = None, *,
-                on_empty: str = "skip", max_line_bytes: int | None = None) -> Iterator[Document]:
+                on_empty: str = "skip", max_line_bytes: int | None = None, columns: Any = None) -> Iterator[Document]:
     """Stream the documents of a corpus; see :class:`CorpusReader` for formats and errors.
 
     Use :class:`CorpusReader` directly to read ``skipped_empty`` / ``n_read`` afterwards.
     """
-    return iter(CorpusReader(path, format=format, on_empty=on_empty, max_line_bytes=max_line_bytes))
+    return iter(CorpusReader(path, format=format, on_empty=on_empty, max_line_bytes=max_line_bytes,
+                             columns=columns))
 
 
 # --------------------------------------------------------------------------- queries and qrels

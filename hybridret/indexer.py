@@ -44,7 +44,7 @@ from .index.lock import WriterLock
 from .index.manifest import (MANIFEST, PENDING, check_expected, check_lineage, commit, names, new_segment,
                              read_manifest)
 from .index.metadata import MetadataError, check_metadata
-from .index.parents import chunk_rows
+from .index.parents import chunk_rows, document_counts, document_of
 from .index.parts import PART_TYPES, TEXT, PartSpec
 from .index.segment import SEGMENT_FILE, SegmentWriter, text_key
 from .index.snapshot import Snapshot, open_snapshot
@@ -53,6 +53,8 @@ from .index.storage import atomic_write_json, atomic_write_npy
 __all__ = ["DEFAULT_SETTINGS", "IndexWriter", "Layout", "WriteResult", "as_document", "stored_values"]
 
 logger = logging.getLogger(__name__)
+#: What a write did, one line per write (the CLI prints its own and quiets this logger).
+summary_logger = logging.getLogger("hybridret.summary")
 
 DEFAULT_SETTINGS: dict[str, Any] = {
     "faiss_factory": "auto", "faiss_auto_min_rows": AUTO_MIN_ROWS, "faiss_metric": "ip", "sparse_scheme": "impact",
@@ -87,7 +89,9 @@ class Layout:
 class WriteResult:
     """What one write did, counted in rows (chunks, for a chunked index). ``missing``: ids given to
     delete that were not in the index; ``deleted`` also counts chunks an upsert left behind, and the
-    expired documents a compaction dropped."""
+    expired documents a compaction dropped. ``documents``: in an index of chunks, the same counted in
+    documents (``{"added", "updated", "unchanged", "deleted"}``: a document whose chunks changed is
+    updated, one delete of a document's 12 chunks is 1 deleted); empty where rows are documents."""
 
     added: int = 0
     updated: int = 0
@@ -97,10 +101,37 @@ class WriteResult:
     encoded: int = 0  # documents that went through the encoder (the rest reused stored encodings)
     missing: list[str] = field(default_factory=list)
     matched: list[str] | None = None  # a dry-run delete: the ids it would delete
+    documents: dict[str, int] = field(default_factory=dict)  # chunked index: the counts in documents
     commit: int | None = None  # the commit number written, None when nothing changed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def summary(self) -> str:
+        """What was done, in words: ``"3 added, 1 skipped empty"``; in an index of chunks
+        ``"5 documents (120 chunks) added"``, or, where documents and chunks differ in kind,
+        ``"documents: 1 updated; chunks: 2 added, 3 updated, 1 deleted"``."""
+        kinds = ("added", "updated", "unchanged", "deleted")
+        rows = {k: getattr(self, k) for k in kinds if getattr(self, k)}
+        blank = [f"{self.skipped_empty:,} skipped empty"] if self.skipped_empty else []
+        if not self.documents:
+            return ", ".join([f"{v:,} {k}" for k, v in rows.items()] + blank) or "nothing changed"
+        docs = {k: v for k, v in self.documents.items() if v}
+        if not docs and not rows:
+            return ", ".join(blank) or "nothing changed"
+        if len(docs) == 1 and list(docs) == list(rows):
+            (kind, n), = docs.items()
+            return ", ".join([f"{count_words(n, rows[kind])} {kind}"] + blank)
+        words = ", ".join(f"{v:,} {k}" for k, v in docs.items()) or "none changed"
+        return f"documents: {words}; chunks: " + ", ".join([f"{v:,} {k}" for k, v in rows.items()] + blank)
+
+
+def count_words(documents: int, chunks: int | None = None) -> str:
+    """``"140 documents (3,611 chunks)"``; ``"1 document"`` without chunks."""
+    out = f"{documents:,} document{'' if documents == 1 else 's'}"
+    if chunks is not None:
+        out += f" ({chunks:,} chunk{'' if chunks == 1 else 's'})"
+    return out
 
 
 def _text_field(value: Any, name: str, where: str) -> str:
@@ -333,16 +364,20 @@ class IndexWriter:
               encode_cache: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
               reuse: Mapping[str, Any] | None = None, source: Mapping[str, Any] | None = None,
               chunk_tokens: int | None = None, chunk_overlap: int | None = None,
-              ttl: float | None = None) -> WriteResult:
+              ttl: float | None = None, columns: Any = None) -> WriteResult:
         """``mode``: ``"build"`` (replace everything with ``documents``), ``"add"`` (new ids only) or
         ``"upsert"`` (add or replace by id). ``chunk_tokens`` / ``chunk_overlap``: cut each document
         into chunks (:mod:`hybridret.chunking`); ``None``: as the index was built (a build records
         them), ``0``: no chunking. A document's chunks are replaced together: chunks that vanished
         are deleted, unchanged ones kept, and only chunks whose text is new are encoded. ``ttl``
         (seconds): documents without an ``expires_at`` expire that long after this write (an explicit
-        ``"expires_at": null`` means never, and wins)."""
+        ``"expires_at": null`` means never, and wins).
+        ``documents`` may also be a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader``, or
+        hold such tables among its items (:mod:`hybridret.arrow`; ``columns``: which columns hold
+        the id, text, title and metadata)."""
         from tqdm.auto import tqdm
 
+        from .arrow import flatten_arrow, is_arrow
         from .encoders._hf import progress_enabled
 
         if mode not in ("build", "add", "upsert"):
@@ -351,11 +386,16 @@ class IndexWriter:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {v!r}")
         ttl = check_ttl(ttl)
+        if is_arrow(documents):
+            if total is None and hasattr(documents, "num_rows"):
+                total = int(documents.num_rows)
+            documents = flatten_arrow(documents, columns)
         if documents is None or not hasattr(documents, "__iter__"):
             raise CorpusFormatError(f"documents must be an iterable of documents, got {type(documents).__name__}")
         if isinstance(documents, (str, bytes, Mapping, Document)):
             raise CorpusFormatError("documents must be an iterable of documents (a list of dicts, Documents or "
                                     f"(id, text) tuples), not a single {type(documents).__name__}")
+        documents = flatten_arrow(documents, columns) if columns is not None else _with_arrow(documents)
         spec = self._chunk_spec(mode, chunk_tokens, chunk_overlap)
         snap = None if mode == "build" else self.snapshot(reuse)
         now = self.clock()
@@ -382,6 +422,10 @@ class IndexWriter:
         seg_dir = new_segment(self.root)
         writer = SegmentWriter(seg_dir, parts=layout.parts, reps=layout.reps, store_text=self.settings["store_text"])
         result = WriteResult()
+        chunked = spec is not None or (mode != "build" and (bool((self.manifest or {}).get("chunking")) or (
+            snap is not None and document_counts(snap)[1] > 0)))
+        if chunked:
+            result.documents = {"added": 0, "updated": 0, "unchanged": 0}
         replaced: dict[int, list[int]] = {}
 
         def tombstone(row: int) -> None:
@@ -420,21 +464,27 @@ class IndexWriter:
                               for g, s, r in zip(previous, *snap.locate(np.asarray(previous, dtype=np.int64)))
                               } if previous else {}
                     kept = {u.id for u in units}
+                    existed, changed = bool(previous), False
                     for r in previous:
                         if str(snap.ids[r]) not in kept:  # type: ignore[union-attr]
                             tombstone(r)  # a chunk that vanished, or the document before it was chunked
                             result.deleted += 1
+                            changed = True
                     for unit in units:
                         if unit.id in seen:
                             raise CorpusFormatError(f"duplicate document id {unit.id!r}", field="id")
                         seen.add(unit.id)
                         old = snap.row_of(unit.id) if snap is not None else None
+                        existed = existed or old is not None
                         if old is not None and _unchanged(snap, old, unit):  # type: ignore[arg-type]
                             result.unchanged += 1
                             continue
+                        changed = True
                         batch.append(unit)
                         old_rows.append(old)
                         sources.append(by_key.get(text_key(unit.full_text), old))
+                    if chunked:
+                        result.documents["updated" if existed and changed else "unchanged" if existed else "added"] += 1
                 if batch:
                     enc, n_encoded = self._encode(batch, sources, snap, cache, batch_size, layout)
                     result.encoded += n_encoded
@@ -485,11 +535,9 @@ class IndexWriter:
                 shutil.rmtree(seg_dir, ignore_errors=True)
             raise
         if cache is not None:
-            logger.info("encoding cache %s: %d documents reused, %d encoded (%.0f MB; remove it when done)",
-                        cache.root, cache.hits, cache.misses, cache.nbytes() / 1e6)
-        logger.info("%s: %d added, %d updated, %d unchanged, %d deleted, %d blank skipped (commit %d)", mode,
-                    result.added, result.updated, result.unchanged, result.deleted, result.skipped_empty,
-                    result.commit)
+            logger.debug("encoding cache %s: %d reused, %d encoded (%.0f MB)", cache.root, cache.hits, cache.misses,
+                         cache.nbytes() / 1e6)
+        summary_logger.info("%s %s: %s (commit %d)", mode, self.root, result.summary(), result.commit)
         return result
 
     def _chunk_spec(self, mode: str, tokens: int | None, overlap: int | None) -> Any:
@@ -606,6 +654,7 @@ class IndexWriter:
         would go. Expired documents still in the index are deleted like the others."""
         snap = self.snapshot(reuse)
         rows, result = deletion(snap, ids, filter=filter, missing=missing, root=self.root)
+        result.documents = _documents_deleted(snap, rows)
         if dry_run:
             return dry_run_result(snap, rows, result)
         return self._tombstone(snap, rows, result, "deleted")
@@ -617,7 +666,7 @@ class IndexWriter:
         if snap is None:
             return WriteResult()
         rows = [int(snap.offsets[i]) + r for i, local in enumerate(snap.expired(self.clock())) for r in local.tolist()]
-        return self._tombstone(snap, rows, WriteResult(), "purged expired")
+        return self._tombstone(snap, rows, WriteResult(documents=_documents_deleted(snap, rows)), "purged expired")
 
     @staticmethod
     def _rows_of(snap: Snapshot | None, doc_id: str) -> list[int]:
@@ -655,7 +704,8 @@ class IndexWriter:
         segments = self._with_tombstones(snap, dead)
         result.deleted = len(rows)
         result.commit = self._commit(segments, {}, self._layout())
-        logger.info("%s %d documents (commit %d)", what, result.deleted, result.commit)
+        summary_logger.info("%s %s (commit %d)", what, count_words(result.documents["deleted"], result.deleted)
+                            if result.documents else count_words(result.deleted), result.commit)
         return result
 
     def compact(self, *, reuse: Mapping[str, Any] | None = None, show_progress: bool | None = None,
@@ -820,6 +870,25 @@ def dry_run_result(snap: Snapshot | None, rows: list[int], result: WriteResult) 
     return result
 
 
+def _documents_deleted(snap: Snapshot | None, rows: list[int]) -> dict[str, int]:
+    """``{"deleted": documents}`` for global ``rows`` of an index holding chunks (else ``{}``)."""
+    if snap is None or not document_counts(snap)[1]:
+        return {}
+    return {"deleted": len({document_of(snap, r) for r in rows})}
+
+
+def _with_arrow(documents: Iterable[Any]) -> Iterable[Any]:
+    """``documents``, with pyarrow tables among its items expanded into their documents (a list
+    or a reader with counts of its own is kept as it is when it holds none)."""
+    from .arrow import flatten_arrow, is_arrow
+
+    if isinstance(documents, (list, tuple)) and not any(is_arrow(d) for d in documents):
+        return documents
+    if hasattr(documents, "skipped_empty"):  # a CorpusReader: its own documents, and its count of blank ones
+        return documents
+    return flatten_arrow(documents)
+
+
 def _check_ids(ids: Any) -> list[str]:
     """Document ids given to delete, validated and deduplicated (one id alone is accepted)."""
     if isinstance(ids, (str, int)) and not isinstance(ids, bool):
@@ -903,6 +972,52 @@ def _verify_before_rewrite(snap: Snapshot, chosen: list[int]) -> None:
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise IndexFormatError(f"{problems[0]}{more}; nothing was compacted: a compaction would stamp the damage "
                                    "as valid (restore the segment from a copy, or rebuild the index)")
+
+
+_SUMMED = frozenset({"num_docs", "nnz", "total_len", "num_postings"})  # counts that add up across segments
+_LARGEST = frozenset({"max_weight", "max_len"})
+
+
+def components_across(metas: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """One part's ``meta.json`` over every segment that has it: counts summed (``num_docs``,
+    ``nnz``, ...), maxima the largest, fields equal everywhere as they are, and any other field that
+    differs between segments as ``{"per_segment": [...]}`` (e.g. BM25's ``num_terms``, which
+    distinct segments do not add up to); ``segments`` says how many were described."""
+    out: dict[str, Any] = {}
+    keys = list(dict.fromkeys(k for m in metas for k in m))
+    for key in keys:
+        values = [m.get(key) for m in metas]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        if key in _SUMMED and numbers:
+            out[key] = sum(values)
+        elif key in _LARGEST and numbers:
+            out[key] = max(values)
+        elif all(v == values[0] for v in values):
+            out[key] = values[0]
+        else:
+            out[key] = {"per_segment": values}
+    out["segments"] = len(metas)
+    return out
+
+
+def parts_across_segments(snap: Any) -> dict[str, Any]:
+    """Every part described over all segments (:func:`~hybridret.indexer.components_across`): the
+    ``meta.json`` each segment wrote for it; the manifest's (the newest segment's) where a segment
+    has none (older layouts)."""
+    from .index.storage import read_json
+
+    newest = snap.manifest.get("components") or {}
+    metas: dict[str, list[dict[str, Any]]] = {}
+    for seg in snap.segments:
+        for name in newest:
+            path = seg.root / name / "meta.json"
+            if path.is_file():
+                metas.setdefault(name, []).append(read_json(path))
+    out = {name: components_across(metas[name]) if name in metas else dict(meta) for name, meta in newest.items()}
+    parts = [s.sparse for s in snap.segments if getattr(s, "sparse", None) is not None]
+    if "sparse" in out and parts and len(metas.get("sparse", [])) != len(snap.segments):  # older layouts
+        out["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
+    return out
 
 
 def _components(root: Path, segments: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from .index.dense_auto import AUTO_MIN_ROWS
 from .index.expiry import Clock, check_clock
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
-from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult
+from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult, count_words, parts_across_segments, summary_logger
 from .retrievers import QueryBatch
 from .searcher import METHODS, EncoderSlot, Searcher
 from .types import Hits
@@ -118,7 +118,12 @@ class HybridRetriever:
 
     @property
     def num_docs(self) -> int:
+        """Live rows: documents, or chunks in an index of chunks (see :meth:`document_counts`)."""
         return self._searcher.num_docs if self._searcher is not None else 0
+
+    def document_counts(self) -> tuple[int, int]:
+        """``(documents, chunks)`` live now (see :meth:`Searcher.document_counts`)."""
+        return self._searcher.document_counts() if self._searcher is not None else (0, 0)
 
     def _single_segment(self) -> Any:
         segs = self.searcher.snapshot.segments
@@ -171,7 +176,7 @@ class HybridRetriever:
               workdir: str | Path | None = None, show_progress: bool | None = None, total: int | None = None,
               encode_cache: str | Path | None = None, overwrite: bool = False,
               source: Mapping[str, Any] | None = None, chunk_tokens: int | None = None,
-              chunk_overlap: int | None = None, ttl: float | None = None) -> HybridRetriever:
+              chunk_overlap: int | None = None, ttl: float | None = None, columns: Any = None) -> HybridRetriever:
         """Encode and index a stream of documents (``Document``, dict, ``(id, text)`` or str), replacing
         nothing: a retriever that already holds documents needs ``overwrite=True`` (or use
         :meth:`add` / :meth:`upsert`).
@@ -190,6 +195,12 @@ class HybridRetriever:
         ``DOCID#0``, ``DOCID#1``, ... with ``parent_id``, ``chunk``, ``start`` and ``end`` in their
         metadata; the index records it, and :meth:`add` / :meth:`upsert` cut the same way.
         ``ttl`` (seconds): documents without an ``expires_at`` expire that long from now.
+
+        Arrow: ``documents`` may be a pyarrow ``Table``, ``RecordBatch`` or ``RecordBatchReader`` (or
+        an iterable of them), read a batch at a time; ``columns`` maps its columns, e.g. ``{"id":
+        "doc_id", "text": "body", "metadata": ["source"]}`` (default: ``_id``/``id``, ``text``,
+        ``title``, every other column as metadata; see :mod:`hybridret.arrow`). A Parquet corpus:
+        ``index(CorpusReader("corpus.parquet"))``.
         """
         if self._searcher is not None and self.num_docs and not overwrite and workdir is None:
             raise IndexExistsError(f"this retriever already holds {self.num_docs} documents; use add()/upsert() "
@@ -207,11 +218,12 @@ class HybridRetriever:
         with self._writer(root, settings=self.settings) as w:
             w.write(documents, mode="build", batch_size=batch_size, chunk_size=chunk_size, encode_cache=encode_cache,
                     show_progress=show_progress, total=total, source=source, chunk_tokens=chunk_tokens,
-                    chunk_overlap=chunk_overlap, ttl=ttl)
+                    chunk_overlap=chunk_overlap, ttl=ttl, columns=columns)
             if root != self._root:
                 self._root, self._searcher = root, None
             self._after_write(w)
-        logger.info("indexed %d documents", self.num_docs)
+        documents, chunks = self.searcher.document_counts()
+        summary_logger.info("indexed %s", count_words(documents, chunks if chunks else None))
         return self
 
     def _write(self, documents: Iterable[Any], mode: str, **kw: Any) -> WriteResult:
@@ -233,7 +245,7 @@ class HybridRetriever:
         """Add new documents (an id already in the index is an error: use :meth:`upsert`).
         Committed when this returns. Takes ``batch_size``, ``chunk_size``, ``encode_cache``,
         ``show_progress``, ``total``, ``chunk_tokens`` / ``chunk_overlap`` (default: as the index
-        was built; ``0``: no chunking) and ``ttl`` as :meth:`index` does."""
+        was built; ``0``: no chunking), ``ttl`` and ``columns`` (Arrow input) as :meth:`index` does."""
         return self._write(documents, "add", **kw)
 
     def upsert(self, documents: Iterable[Any], **kw: Any) -> WriteResult:
@@ -397,19 +409,19 @@ class HybridRetriever:
         return self
 
     def info(self) -> dict[str, Any]:
-        """The manifest plus counts per segment and the size on disk."""
+        """The manifest plus counts per segment and the size on disk. ``num_docs`` counts rows (live
+        chunks, in an index of chunks), ``num_documents`` documents and ``num_chunks`` chunk rows."""
+        from .index.parents import document_counts
+
         snap = self.searcher.snapshot
         out = dict(snap.manifest)
         now = snap.at(self.clock())
-        out["num_docs"] = now.num_docs  # expired documents are not live
+        out["num_docs"] = now.num_docs  # expired documents are not live (rows: chunks in an index of chunks)
+        out["num_documents"], out["num_chunks"] = document_counts(now)
         out["num_deleted"] = snap.num_deleted
         out["num_expired"] = now.num_expired  # expired, not yet purged or compacted away
         out["segments"] = [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in snap.manifest["segments"]]
-        comps = {k: dict(v) for k, v in out.get("components", {}).items()}
-        parts = [s.sparse for s in snap.segments if s.sparse is not None]
-        if "sparse" in comps and parts:  # counts over every segment, not the newest one's
-            comps["sparse"].update(num_docs=sum(p.num_docs for p in parts), nnz=sum(int(p.forward.nnz) for p in parts))
-        out["components"] = comps
+        out["components"] = parts_across_segments(snap)
         out["bytes_on_disk"] = sum(f.stat().st_size for s in snap.segments for f in s.root.rglob("*") if f.is_file())
         return out
 
@@ -436,9 +448,10 @@ class HybridRetriever:
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
         return self.searcher.encode_queries(texts, needs)
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
-        """See :meth:`Searcher.get`: stored documents by id (``None`` where absent)."""
-        return self.searcher.get(ids)
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
+        """See :meth:`Searcher.get`: stored documents by id (``None`` where absent); in an index of
+        chunks a document's id gives it re-assembled, with its chunks when ``chunks=True``."""
+        return self.searcher.get(ids, chunks=chunks)
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,
                   limit: int | None = None) -> list[dict[str, Any]]:

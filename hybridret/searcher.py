@@ -93,6 +93,12 @@ class EncoderSlot:
         return False
 
 
+def _stored(snap: Snapshot, row: int) -> dict[str, Any]:
+    """``{"id", "title", "text", "metadata"}`` of a global row."""
+    title, text, meta = snap.get(row)
+    return {"id": str(snap.ids[row]), "title": title, "text": text, "metadata": meta}
+
+
 def check_queries(queries: Any) -> list[str]:
     """A query or a list of queries, validated: strings only, never coerced."""
     if isinstance(queries, str):
@@ -241,6 +247,14 @@ class Searcher:
         """Live documents now (expired ones not counted)."""
         return self.current().num_docs
 
+    def document_counts(self) -> tuple[int, int]:
+        """``(documents, chunks)`` live now: in an index of chunks (:mod:`hybridret.chunking`) the
+        chunks of one document count as one document; ``chunks`` is 0 in an index without chunks,
+        where :attr:`num_docs` counts the documents."""
+        from .index.parents import document_counts
+
+        return document_counts(self.current())
+
     def current(self) -> Snapshot:
         """The snapshot as seen now: expired documents masked (see :meth:`Snapshot.at`)."""
         return self._snap.at(self.clock())
@@ -342,9 +356,17 @@ class Searcher:
     def encode_queries(self, texts: list[str], needs: set[str]) -> QueryBatch:
         return encode_query_batch(self._encoder, texts, needs)
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
         """The stored documents of ``ids`` (``{"id", "title", "text", "metadata"}``), ``None`` for
-        ids that are not in the index (or were deleted, or expired), in the order given."""
+        ids that are not in the index (or were deleted, or expired), in the order given.
+
+        In an index of chunks (:mod:`hybridret.chunking`) a document's id gives the document
+        re-assembled from its chunks (:func:`hybridret.index.parents.assemble`: the text joined in
+        chunk order, overlaps counted once, ``num_chunks`` added); ``chunks=True`` adds its chunks
+        as stored (``"chunks": [{"id", "title", "text", "metadata"}, ...]``). A chunk's own id
+        (``DOC#3``) gives that chunk."""
+        from .index.parents import assemble, chunk_rows
+
         if isinstance(ids, str):
             ids = [ids]
         if isinstance(ids, (bytes, Mapping)) or not isinstance(ids, Sequence):
@@ -356,10 +378,10 @@ class Searcher:
                 raise ConfigError(f"document ids are strings, got {doc_id!r}")
             row = snap.row_of(doc_id)
             if row is None:
-                out.append(None)
+                parts = [_stored(snap, r) for r in chunk_rows(snap, doc_id)]
+                out.append(assemble(doc_id, parts, chunks=chunks) if parts else None)
                 continue
-            title, text, meta = snap.get(row)
-            out.append({"id": doc_id, "title": title, "text": text, "metadata": meta})
+            out.append(_stored(snap, row))
         return out
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None = None, *, offset: int = 0,

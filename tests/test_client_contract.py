@@ -100,6 +100,7 @@ def test_documents_take_every_form_the_library_takes(pair):
     assert out["added"] == 4
     got = client.get(["t1", "t2", "t3", "7"])
     assert [g["id"] for g in got] == ["t1", "t2", "t3", "7"] and got[1]["title"] == "Title"
+    assert client.get("t2", chunks=True) == [got[1]]  # not chunked: the document as stored
     client.delete(["t1", "t2", "t3", 7])
     assert client.get("t1") == [None]
 

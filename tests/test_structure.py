@@ -27,7 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("hybridret._version", "hybridret.errors", "hybridret._runtime", "hybridret.methods",
               "hybridret.types", "hybridret.models")),
     # index/metadata.py is the metadata schema and its columns (numpy + errors): data and filters read it
-    ("data", ("hybridret.data", "hybridret.filters", "hybridret.fusion", "hybridret.eval",
+    # arrow.py reads Parquet / Arrow rows as documents for data.py's CorpusReader and the writers
+    ("data", ("hybridret.data", "hybridret.arrow", "hybridret.filters", "hybridret.fusion", "hybridret.eval",
               "hybridret.runs", "hybridret.irds", "hybridret.index.metadata")),
     ("encoders", ("hybridret.encoders",)),
     # chunking cuts documents into the rows segments hold (data + index.metadata, the encoder duck-typed)
@@ -56,6 +57,7 @@ INIT_EXCEPTIONS: dict[tuple[str, str], str] = {
         "(index layer) for data.py and filters.py; the fix is in index/ (move metadata.py out of the index "
         "package, or make index/__init__ import lazily), another engineer's files in issue #19"),
     ("hybridret.filters", "hybridret.index"): "the same as hybridret.data -> hybridret.index (index.metadata)",
+    ("hybridret.arrow", "hybridret.index"): "the same as hybridret.data -> hybridret.index (index.metadata)",
 }
 
 

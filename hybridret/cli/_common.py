@@ -23,9 +23,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..retriever import HybridRetriever
     from ..types import SearchResults
 
-__all__ = ["NamingPath", "add_encoder_args", "add_eval_args", "add_method_arg", "add_ray_args", "build_retriever",
-           "check_output", "check_text_args", "count_records", "error_line", "judged", "logger", "print_hits",
-           "print_result", "setup_logging", "stderr", "stdout_gone"]
+__all__ = ["NamingPath", "add_corpus_args", "add_encoder_args", "add_eval_args", "add_method_arg", "add_ray_args",
+           "build_retriever", "check_output", "check_text_args", "corpus_reader", "corpus_total", "count_records",
+           "error_line", "judged", "logger", "print_hits", "print_result", "setup_logging", "stderr", "stdout_gone"]
 
 logger = logging.getLogger("hybridret")
 
@@ -45,6 +45,42 @@ def add_method_arg(p: argparse.ArgumentParser, help: str | None = None, *, calib
     else:
         choices = list(method_names(REGISTRY))
     p.add_argument("--method", default="hybrid", choices=choices, help=help)
+
+
+CORPUS_HELP = "corpus.jsonl, a BEIR folder, collection.tsv (.gz accepted), corpus.parquet or a folder of Parquet files"
+
+
+def add_corpus_args(p: argparse.ArgumentParser) -> None:
+    """The corpus positional, ``--format`` and the Parquet column mapping."""
+    p.add_argument("corpus", help=CORPUS_HELP + " (- = standard input)")
+    p.add_argument("--format", choices=("jsonl", "beir", "tsv", "parquet"), default=None, help="default: from the path")
+    g = p.add_argument_group("Parquet columns (default: _id or id, text or contents, title, every other column as "
+                             "metadata, a metadata struct / JSON column merged in)")
+    g.add_argument("--id-column", metavar="COL", default=None)
+    g.add_argument("--text-column", metavar="COL", default=None)
+    g.add_argument("--title-column", metavar="COL", default=None)
+    g.add_argument("--metadata-columns", metavar="COL,COL", default=None,
+                   help="the columns that become metadata ('' for none)")
+
+
+def corpus_reader(args: argparse.Namespace, **kw: Any) -> Any:
+    """The :class:`~hybridret.data.CorpusReader` of ``args.corpus`` with ``--format`` and the
+    column mapping (given only for Parquet: elsewhere it is an error)."""
+    from ..data import CorpusReader
+
+    cols: dict[str, Any] = {k: getattr(args, f"{k}_column") for k in ("id", "text", "title")
+                            if getattr(args, f"{k}_column", None) is not None}
+    if getattr(args, "metadata_columns", None) is not None:
+        cols["metadata"] = [c.strip() for c in args.metadata_columns.split(",") if c.strip()]
+    return CorpusReader(args.corpus, format=args.format, columns=cols or None, **kw)
+
+
+def corpus_total(reader: Any) -> int | None:
+    """The documents a reader will give, for the progress bar: Parquet's footers, else
+    :func:`count_records`."""
+    if reader.num_rows is not None:
+        return int(reader.num_rows)
+    return count_records(reader.file)
 
 
 def add_encoder_args(p: argparse.ArgumentParser) -> None:
@@ -98,6 +134,8 @@ def setup_logging(args: argparse.Namespace) -> None:
         handler._hybridret_cli = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
     logger.setLevel(level)
+    # the library's one-line summaries of writes: the commands print their own
+    logging.getLogger("hybridret.summary").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
 
 
 _CLI_STATE = {"quiet": False}  # this CLI run's -q, read by the warnings hook below
@@ -277,10 +315,8 @@ def print_result(result: Any, args: argparse.Namespace, what: str) -> None:
     if args.json:
         print(json.dumps(result.to_dict()))
         return
-    done = {k: v for k, v in result.to_dict().items() if k in ("added", "updated", "unchanged", "deleted",
-                                                              "skipped_empty") and v}
-    parts = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in done.items()) or "nothing changed"
-    print(f"{what} {args.index}: {parts}" + (f" (commit {result.commit})" if result.commit is not None else ""))
+    print(f"{what} {args.index}: {result.summary()}" + (f" (commit {result.commit})" if result.commit is not None
+                                                         else ""))
 
 
 # -- errors ----------------------------------------------------------------------------------------

@@ -17,12 +17,17 @@ __all__ = ["add_parser", "add_server_args", "remote_client", "run", "server_word
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("get", help="print stored documents by id (JSON lines)",
                        description="Print the stored documents of the given ids, one JSON object per line "
-                                   '({"id", "title", "text", "metadata"}), in the order given. Unknown ids are an '
+                                   '({"id", "title", "text", "metadata"}), in the order given. In an index of '
+                                   "chunks a document's id gives the document re-assembled from its chunks "
+                                   '(with "num_chunks"). Unknown ids are an '
                                    "error (exit 1, after the known ones are printed) unless --ignore-missing.")
     p.add_argument("index", metavar="DIR", nargs="?", help="the index folder (left out with --server)")
     p.add_argument("ids", nargs="*", metavar="ID")
     p.add_argument("--ids-file", metavar="FILE", default=None, help="one id per line (- for standard input)")
     p.add_argument("--ignore-missing", action="store_true", help="print the known ids, warn about the unknown ones")
+    p.add_argument("--chunks", action="store_true",
+                   help="in an index of chunks: with each document (given by its id, re-assembled from its chunks) "
+                        'also its chunks as stored ("chunks": [...])')
     add_server_args(p)
     p.set_defaults(run=run, usage_error=p.error)
 
@@ -82,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.server:  # every positional word is an id
         ids = _read_ids(args, server_words(args.index, args.ids))
         with remote_client(args) as client:
-            docs = client.get(ids)
+            docs = client.get(ids, chunks=args.chunks)
     else:
         from ..searcher import Searcher
 
@@ -91,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         ids = _read_ids(args, args.ids)
         searcher = Searcher(args.index)
         try:
-            docs = searcher.get(ids)
+            docs = searcher.get(ids, chunks=args.chunks)
         finally:
             searcher.close()
     missing = [i for i, d in zip(ids, docs) if d is None]

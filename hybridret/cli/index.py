@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HybridRetError
-from ._common import NamingPath, add_encoder_args, add_ray_args, build_retriever, check_output, count_records, logger
+from ._common import (NamingPath, add_corpus_args, add_encoder_args, add_ray_args, build_retriever, check_output,
+                      corpus_reader, corpus_total, logger)
 from ._rag import add_chunk_args, chunk_kwargs
 
 __all__ = ["add_parser", "run"]
@@ -15,11 +16,11 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("index", help="encode and index a corpus",
-                       description="Index a JSONL file, a BEIR folder or an MS MARCO collection.tsv. "
-                                   "Documents whose title and text are both empty are skipped and counted.")
-    p.add_argument("corpus", help="corpus.jsonl, a BEIR folder, or collection.tsv (.gz accepted)")
+                       description="Index a JSONL file, a BEIR folder, an MS MARCO collection.tsv or Parquet (a "
+                                   "file or a folder of them). Documents whose title and text are both empty are "
+                                   "skipped and counted.")
+    add_corpus_args(p)
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="index directory to write")
-    p.add_argument("--format", choices=("jsonl", "beir", "tsv"), default=None, help="default: from the path")
     p.add_argument("--faiss", default="auto", metavar="FACTORY",
                    help="the dense part: auto (default: exact Flat for segments under 100,000 vectors, above that "
                         "a compressed IVF-RaBitQ index tuned to recall@10 0.99 whose candidates are re-scored "
@@ -61,8 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import shutil
     import time
 
-    from ..data import CorpusReader
-
+    from ..indexer import count_words
     rag = chunk_kwargs(args)
     if args.ray:
         from .sharded import index_ray
@@ -73,14 +73,14 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.output)
     check_output(out, args.overwrite)
-    reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
-    total = count_records(reader.file)  # before the models load: a corrupt file fails fast
+    reader = corpus_reader(args, on_empty=args.on_empty)
+    total = corpus_total(reader)  # before the models load: a corrupt file fails fast
     retriever = build_retriever(args, faiss_factory=args.faiss, sparse_scheme=args.sparse_scheme,
                                 sparse_bits=args.sparse_bits, sparse_max_weight=args.sparse_max_weight,
                                 bm25=not args.no_bm25, store_text=not args.no_text)
     cache = None if args.no_encode_cache else Path(args.encode_cache or out / "encode-cache")
     if cache is not None and (cache / "cache.json").is_file():
-        logger.info("resuming: reusing encoded chunks from %s", cache)
+        logger.info("resuming: reusing the encodings kept in %s", cache)
     start = time.perf_counter()
     with NamingPath(out):
         retriever.index(reader, batch_size=args.batch_size, chunk_size=args.chunk_size, workdir=out,
@@ -88,7 +88,12 @@ def run(args: argparse.Namespace) -> int:
                         source={"path": str(args.corpus), "format": reader.format}, **rag)
     if cache is not None and args.encode_cache is None:
         shutil.rmtree(cache, ignore_errors=True)  # the default cache lives inside the finished index
+    elif cache is not None:
+        logger.info("the encoding cache %s is kept (--encode-cache); remove it when no later build needs it", cache)
     took = time.perf_counter() - start
-    logger.info("indexed %d documents into %s in %.1f s (%.1f docs/s)", retriever.num_docs, out, took,
-                retriever.num_docs / max(took, 1e-9))
+    documents, chunks = retriever.document_counts()
+    rows = retriever.num_docs
+    unit = "chunks" if chunks else "docs"
+    logger.info("indexed %s into %s in %.1f s (%.1f %s/s)", count_words(documents, chunks if chunks else None), out,
+                took, rows / max(took, 1e-9), unit)
     return 0

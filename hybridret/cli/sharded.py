@@ -28,12 +28,12 @@ def _init(address: str | None, num_cpus: int | None = None) -> None:
 
 def index_ray(args: argparse.Namespace) -> int:
     """``hybridret index CORPUS -o DIR --ray [--shards N] [--ray-address ADDR]``."""
-    from ..data import CorpusReader
     from ..distributed.build import build_sharded
+    from ._common import corpus_reader
 
     if args.shards < 1:
         raise HybridRetError(f"--shards must be positive, got {args.shards}")
-    reader = CorpusReader(args.corpus, format=args.format, on_empty=args.on_empty)
+    reader = corpus_reader(args, on_empty=args.on_empty)
     _init(args.ray_address)
     encoder = build_retriever(args).encoder  # the models of --dense-model / --sparse-model / --joint-model
     settings = {"faiss_factory": args.faiss, "sparse_scheme": args.sparse_scheme, "sparse_bits": args.sparse_bits,

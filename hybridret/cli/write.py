@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HybridRetError
-from ._common import NamingPath, count_records, logger, print_result
+from ._common import NamingPath, add_corpus_args, corpus_reader, corpus_total, logger, print_result
 from ._rag import add_chunk_args, chunk_kwargs
 
 __all__ = ["add_parsers", "run_add", "run_compact", "run_delete", "run_purge"]
@@ -22,8 +22,7 @@ def add_parsers(sub: Any) -> None:
                        description="Encode and add the documents of a corpus file to an index, in one atomic "
                                    "commit. An id already in the index is an error unless --upsert.")
     p.add_argument("index", metavar="DIR")
-    p.add_argument("corpus", help="corpus.jsonl, a BEIR folder, or collection.tsv (.gz accepted)")
-    p.add_argument("--format", choices=("jsonl", "beir", "tsv"), default=None, help="default: from the path")
+    add_corpus_args(p)
     p.add_argument("--upsert", action="store_true", help="replace documents whose id is already in the index")
     p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
     p.add_argument("--encode-cache", metavar="DIR", default=None,
@@ -72,14 +71,14 @@ def add_parsers(sub: Any) -> None:
 
 
 def run_add(args: argparse.Namespace) -> int:
-    from ..data import CorpusReader
     from ..retriever import HybridRetriever
 
-    reader = CorpusReader(args.corpus, format=args.format)
+    reader = corpus_reader(args)
+    total = corpus_total(reader)  # before the models load: a corrupt file fails fast
     retriever = HybridRetriever.load(args.index, device=args.device)
     write = retriever.upsert if args.upsert else retriever.add
     with NamingPath(Path(args.index)):
-        result = write(reader, batch_size=args.batch_size, total=count_records(reader.file),
+        result = write(reader, batch_size=args.batch_size, total=total,
                        encode_cache=args.encode_cache, **chunk_kwargs(args))
     print_result(result, args, "upserted into" if args.upsert else "added to")
     return 0
@@ -112,7 +111,11 @@ def run_delete(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(result.to_dict()))
         else:
-            print(f"would delete {result.deleted} documents from {args.index} (dry run: nothing was deleted)")
+            from ..indexer import count_words
+
+            what = count_words(result.documents["deleted"], result.deleted) if result.documents else \
+                count_words(result.deleted)
+            print(f"would delete {what} from {args.index} (dry run: nothing was deleted)")
             for doc_id in result.matched or []:
                 print(doc_id)
         return 0
@@ -143,9 +146,12 @@ def run_compact(args: argparse.Namespace) -> int:
         print(f"{args.index}: nothing to compact ({before} segment, no deleted documents"
               + (", already in the current format)" if args.migrate else ")"))
     else:
+        from ..indexer import count_words
+
         snap = retriever.searcher.snapshot
-        print(f"compacted {before} segments of {args.index} into {len(snap.segments)} ({snap.num_docs} documents) "
-              f"(commit {result.commit})")
+        documents, chunks = retriever.document_counts()
+        print(f"compacted {before} segments of {args.index} into {len(snap.segments)} "
+              f"({count_words(documents, chunks or None)}) (commit {result.commit})")
     return 0
 
 

@@ -1,6 +1,8 @@
 """The distributed build: encode on a Ray Data actor pool, write one ordinary index per shard.
 
 1. Documents are validated once (the library's own rules) and routed by a stable hash of their id.
+   A Parquet corpus is read through Ray Data (``ray.data.read_parquet``: the files in parallel,
+   only the columns used), each batch checked by the rules of :mod:`hybridret.arrow`.
 2. Encoding is a Ray Data pipeline: ``map_batches`` over an actor pool whose actors hold the models
    (``num_gpus=1`` per actor when the cluster has GPUs, CPU actors otherwise). Every encoded
    batch lands in a shared content-keyed encoding cache (``enc-*.npz``, written atomically), which
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +35,45 @@ __all__ = ["build_sharded", "encode_distributed"]
 logger = logging.getLogger(__name__)
 
 
-def _documents(documents: Iterable[Any] | str | Path) -> tuple[list[Document], int]:
+def _parquet_via_ray(reader: CorpusReader) -> Iterator[Document]:
+    """The documents of a Parquet corpus read through Ray Data, in file order. A row the rules
+    refuse is found again by the local reader, whose error names its file, row group and row."""
+    import ray
+
+    from ..arrow import BATCH_ROWS, batch_documents
+    from ..errors import CorpusFormatError
+
+    corpus = reader._parquet
+    cols = corpus._resolved[0]
+    ds = ray.data.read_parquet([str(f) for f in corpus.files]).select_columns(cols.columns)  # only those read
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ordered, ctx.execution_options.preserve_order = ctx.execution_options.preserve_order, True  # file order
+    try:
+        for b, batch in enumerate(ds.iter_batches(batch_size=BATCH_ROWS, batch_format="pyarrow")):
+            for r, rec in batch_documents(batch, cols, lambda r, b=b: f"{reader.path}: batch {b}, row {r}"):
+                doc = Document(**rec)
+                if reader.on_empty == "error" and not doc.full_text:
+                    raise CorpusFormatError(f"{reader.path}: batch {b}, row {r}: document {doc.id!r} is empty")
+                yield doc
+    except CorpusFormatError:
+        for _ in CorpusReader(reader.path, format="parquet", columns=corpus.columns, on_empty=reader.on_empty):
+            pass  # raises the same error, at its place in the files
+        raise
+    finally:
+        ctx.execution_options.preserve_order = ordered
+
+
+def _documents(documents: Iterable[Any] | str | Path, *, ray_data: bool = False) -> tuple[list[Document], int]:
+    from ..arrow import flatten_arrow, is_arrow
     from ..indexer import as_document
 
     source = CorpusReader(documents) if isinstance(documents, (str, Path)) else documents
+    items = source if hasattr(source, "skipped_empty") and not is_arrow(source) else flatten_arrow(source)
+    if ray_data and _one_parquet_layout(source):
+        items = _parquet_via_ray(source)  # type: ignore[arg-type]
     docs, blank, seen = [], 0, set()
-    for i, item in enumerate(source):
+    for i, item in enumerate(items):
         doc = as_document(item, i, allow_bare=True)
         if not doc.full_text.strip():
             blank += 1
@@ -49,7 +84,15 @@ def _documents(documents: Iterable[Any] | str | Path) -> tuple[list[Document], i
             raise CorpusFormatError(f"duplicate document id {doc.id!r}", field="id")
         seen.add(doc.id)
         docs.append(doc)
-    return docs, blank + int(getattr(source, "skipped_empty", 0) or 0)
+    if items is source:
+        blank += int(getattr(source, "skipped_empty", 0) or 0)
+    return docs, blank
+
+
+def _one_parquet_layout(source: Any) -> bool:
+    """A Parquet :class:`CorpusReader` whose files all use the same columns (one Ray Data read)."""
+    corpus = getattr(source, "_parquet", None)
+    return corpus is not None and all(r == corpus._resolved[0] for r in corpus._resolved)
 
 
 def _ray_ready(address: str | None, num_cpus: int | None) -> Any:
@@ -128,7 +171,12 @@ def build_sharded(documents: Iterable[Any] | str | Path, output: str | Path, *, 
         if not overwrite:
             raise IndexExistsError(f"{output} already holds an index; pass overwrite=True (CLI: --overwrite)")
     t0 = time.perf_counter()
-    docs, blank = _documents(documents)
+    if isinstance(documents, (str, Path)):
+        documents = CorpusReader(documents)
+    parquet = _one_parquet_layout(documents)
+    if parquet:
+        _ray_ready(address, num_cpus)  # the corpus is read through Ray Data
+    docs, blank = _documents(documents, ray_data=parquet)
     groups = split_by_shard(docs, shards, key=lambda d: d.id)
     empty = [shard_name(i) for i, g in enumerate(groups) if not g]
     if empty:
@@ -155,6 +203,6 @@ def build_sharded(documents: Iterable[Any] | str | Path, output: str | Path, *, 
     out = {"num_docs": len(docs), "skipped_empty": blank, "encoded": encoded, "shards": {
         shard_name(i): {"num_docs": r["added"], "commit": r["commit"]} for i, r in enumerate(results)},
         "seconds": {"read": t1 - t0, "encode": t2 - t1, "write": t3 - t2, "total": t3 - t0}}
-    logger.info("built %s: %d documents in %d shards (%d encoded, %.1f s)", output, len(docs), shards, encoded,
-                t3 - t0)
+    logging.getLogger("hybridret.summary").info("built %s: %d documents in %d shards (%d encoded, %.1f s)", output,
+                                                len(docs), shards, encoded, t3 - t0)
     return out

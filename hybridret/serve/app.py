@@ -312,6 +312,8 @@ class WriteResponse(BaseModel):
     encoded: int = 0
     missing: list[str] = []
     matched: list[str] | None = Field(None, description="a dry-run delete: the ids it would delete")
+    documents: dict[str, int] = Field({}, description="in an index of chunks: the counts above in documents "
+                                                      "(added, updated, unchanged, deleted)")
     commit: int | None = None
     commits: dict[str, int | None] | None = Field(None, description="sharded index: the commit each touched shard wrote")
     num_docs: int = Field(description="live documents after this write")
@@ -320,7 +322,9 @@ class WriteResponse(BaseModel):
 
 class HealthResponse(BaseModel):
     status: str
-    num_docs: int
+    num_docs: int = Field(description="live rows: documents, or chunks in an index of chunks")
+    num_documents: int | None = Field(None, description="in an index of chunks: the documents they belong to")
+    num_chunks: int | None = Field(None, description="in an index of chunks: the live chunks")
     commit: int | None
     commits: dict[str, int] | None = Field(None, description="sharded index: each shard's commit")
 
@@ -642,14 +646,16 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
              summary="stored documents by id (null for ids not in the index): /documents?ids=a&ids=b or ?ids=a,b")
     async def get_documents(ids: list[str] = Query(..., description="document ids, repeated (ids=a&ids=b) or "
                                                                     "comma-separated (ids=a,b); a value that is "
-                                                                    "itself a stored id is taken whole")
+                                                                    "itself a stored id is taken whole"),
+                            chunks: bool = Query(False, description="in an index of chunks: a document (given by "
+                                                                    "its id, re-assembled) with its chunks as stored")
                             ) -> dict[str, Any]:
         def lookup() -> list[dict[str, Any] | None]:
             service.fresh()
             wanted = service.expand_ids(ids)
             if len(wanted) > MAX_DOCUMENTS:
                 raise ApiError(400, "invalid_request", f"at most {MAX_DOCUMENTS} ids per request, got {len(wanted)}")
-            return backend.get(wanted)
+            return backend.get(wanted, chunks=True) if chunks else backend.get(wanted)
 
         return {"documents": await run_in_threadpool(lookup)}
 

@@ -87,8 +87,8 @@ class LocalBackend:
                                     offset=offset, group_by=group_by, group_size=group_size, rerank=rerank,
                                     rerank_depth=rerank_depth, relevance=relevance)
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
-        return self.searcher.get(ids)
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
+        return self.searcher.get(ids, chunks=chunks)
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
                   limit: int | None) -> dict[str, Any]:
@@ -105,19 +105,27 @@ class LocalBackend:
         return out
 
     def health(self) -> dict[str, Any]:
+        from ..index.parents import document_counts
+
         snap = self.searcher.current()  # expired documents are not counted
-        return {"num_docs": snap.num_docs, "commit": snap.commit}
+        documents, chunks = document_counts(snap)
+        counts = {"num_documents": documents, "num_chunks": chunks} if chunks else {}
+        return {"num_docs": snap.num_docs, **counts, "commit": snap.commit}
 
     def info(self) -> dict[str, Any]:
+        from ..index.parents import document_counts
+        from ..indexer import parts_across_segments
+
         searcher = self.searcher
         snap = searcher.current()
         manifest = snap.manifest
         default = searcher.fusion_config("hybrid", None, snap)
         return {
             "index": str(searcher.root), "commit": snap.commit, "saved_at": manifest.get("saved_at"),
-            "num_docs": snap.num_docs, "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
+            "num_docs": snap.num_docs, "num_documents": document_counts(snap)[0], "num_chunks": document_counts(snap)[1],
+            "num_deleted": searcher.snapshot.num_deleted, "num_expired": snap.num_expired,
             "encoder": manifest.get("encoder"), "chunking": manifest.get("chunking"),
-            "components": manifest.get("components", {}), "available": searcher.available(snap),
+            "components": parts_across_segments(snap), "available": searcher.available(snap),
             "fusion": {"stored": manifest.get("fusion"), "hybrid": default.to_dict() if default else None},
             "segments": [{**e, "live": e["num_docs"] - e.get("num_deleted", 0)} for e in manifest.get("segments", [])],
         }
@@ -193,7 +201,9 @@ class ShardedBackend:
                                     rerank=rerank, rerank_depth=rerank_depth,
                                     relevance=relevance)  # a missing shard: ShardUnavailableError
 
-    def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]:
+    def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
+        if chunks:
+            raise ConfigError("chunks=true is not supported on a sharded index (its builds do not chunk documents)")
         return self.searcher.get(ids)
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,

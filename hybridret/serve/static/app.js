@@ -208,7 +208,10 @@ async function status() {
     const resp = await fetch("/health");
     const h = await resp.json();
     const where = h.commits ? Object.keys(h.commits).length + " shards" : "commit " + h.commit;
-    $("status").textContent = h.num_docs + " documents · " + where;
+    const count = h.num_chunks
+      ? h.num_documents.toLocaleString() + " documents (" + h.num_chunks.toLocaleString() + " chunks)"
+      : h.num_docs.toLocaleString() + " documents";
+    $("status").textContent = count + " · " + where;
   } catch (e) {
     $("status").textContent = "server unreachable";
   }
