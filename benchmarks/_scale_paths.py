@@ -387,6 +387,9 @@ def group_dense(spec: dict[str, Any], qd: np.ndarray, ms: np.ndarray) -> dict[st
         got_rows, got = (np.asarray(a) for a in outs[name])
         r["top10_exact"] = share_exact(got, ref[:len(got)])
         r["recall_at_10"] = _overlap(got_rows, np.asarray(ref_rows)[:len(got_rows)])
+        sub = ms[:len(got_rows)]
+        if sub.any():  # in-domain queries (MS MARCO DL19) apart: the others are off-domain near-ties
+            r["recall_at_10_msmarco"] = _overlap(got_rows[sub], np.asarray(ref_rows)[:len(got_rows)][sub])
         out["paths"][name] = {"available": True, **r}
     out["faiss_distance_compute_blas_threshold"] = int(faiss.cvar.distance_compute_blas_threshold)
     out["peak_rss_MB"] = peak_rss_mb()

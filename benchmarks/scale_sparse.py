@@ -223,6 +223,9 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
             spec["learned_dir"] = next(p["dir"] for p in res["build_today"]["parts"].values()
                                        if p["class"] == "LearnedIndex")
     for g in GROUPS:
+        if g not in args.groups:
+            res[g] = {"paths": {}, "skipped": "not asked for (--groups)"}
+            continue
         if g == "bm25" and not spec["bm25_dir"] or g == "dense" and not spec["dense_dir"]:
             res[g] = {"paths": {}, "skipped": "the index has no such part"}
             continue
@@ -242,8 +245,8 @@ def path_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
                 row["note"] = "not available: " + p.get("reason", "")
             else:
                 row.update({c: p.get(c) for c in ("ms_per_query", "ms_median", "cpu_ms_per_query", "top10_exact",
-                                                  "recall_at_10", "same_top10_as_default", "top10_overlap_with_store",
-                                                  "queries_timed")})
+                                                  "recall_at_10", "recall_at_10_msmarco", "same_top10_as_default",
+                                                  "top10_overlap_with_store", "queries_timed")})
                 if "msmarco" in p:
                     row["msmarco_ms"] = p["msmarco"]["ms_per_query"]
             rows.append(row)
@@ -356,7 +359,7 @@ def plot(results: list[dict[str, Any]], extra: dict[str, Any], path: Path) -> st
 
 def print_report(results: list[dict[str, Any]], extra: dict[str, Any]) -> None:
     cols = ["path", "ms_per_query", "ms_median", "cpu_ms_per_query", "top10_exact", "recall_at_10",
-            "same_top10_as_default", "top10_overlap_with_store", "msmarco_ms", "queries_timed", "note"]
+            "recall_at_10_msmarco", "same_top10_as_default", "top10_overlap_with_store", "msmarco_ms", "queries_timed", "note"]
     for res in results:
         print(f"\n## {res['size']:,} passages ({'resampled' if res['resampled'] else 'the real corpus'}), one core")
         print(table(path_rows(res), cols))
@@ -407,6 +410,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="source index of real passages (default indexes/bench-msmarco-dl19-pool; built if absent)")
     ap.add_argument("--corpus", type=Path, default=POOL, help="what to encode when --index is absent (BEIR folder)")
     ap.add_argument("--sizes", default="30k,1M", help="comma-separated: 30k (the real pool), 100k, 1M, 4M, ...")
+    ap.add_argument("--groups", type=lambda t: tuple(g.strip() for g in t.split(",") if g.strip()), default=GROUPS,
+                    help=f"search groups to run (default: all of {','.join(GROUPS)})")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--single-queries", type=int, default=100,
                     help="queries timed one at a time (dense), scaled down as 100k / size, at least 5")
@@ -425,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plot", type=Path, default=None, help="plot (default docs/img/scale-sparse.png)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    unknown = set(args.groups) - set(GROUPS)
+    if unknown:
+        ap.error(f"--groups: unknown group(s) {sorted(unknown)}; known: {', '.join(GROUPS)}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     if args.child:
         name, spec_file, out_file = args.child
