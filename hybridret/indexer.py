@@ -654,7 +654,6 @@ class IndexWriter:
         would go. Expired documents still in the index are deleted like the others."""
         snap = self.snapshot(reuse)
         rows, result = deletion(snap, ids, filter=filter, missing=missing, root=self.root)
-        result.documents = _documents_deleted(snap, rows)
         if dry_run:
             return dry_run_result(snap, rows, result)
         return self._tombstone(snap, rows, result, "deleted")
@@ -841,6 +840,7 @@ def deletion(snap: Snapshot | None, ids: Iterable[str] | str | None = None, *, f
                                         f"{root}: {shown}; nothing was deleted", result.missing)
     rows = sorted(set(rows))
     result.deleted = len(rows)
+    result.documents = _documents_deleted(snap, rows)
     return rows, result
 
 
