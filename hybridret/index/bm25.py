@@ -51,7 +51,7 @@ __all__ = ["B", "BLOCK", "BM25Store", "BM25StoreBuilder", "FIELDNORMS", "K1", "Q
 logger = logging.getLogger(__name__)
 
 FORMAT = "hybridret-bm25-v1"
-FORMAT_V2 = "hybridret-bm25-v2"  # v1's files plus the row-block index (bm25_blocks.py)
+FORMAT_V2 = "hybridret-bm25-v2"  # v1's files plus quantized impacts (bm25_impacts.py)
 K1 = 1.2
 B = 0.75
 from ._blocks import BLOCK  # noqa: E402 - postings per block of a term's list, shared with the kernels
@@ -179,19 +179,13 @@ class TfFactors:
 
 class BM25StoreBuilder:
     """Streams document texts into ``root`` (created); :meth:`close` writes the files: a v2 store
-    (with the row-block index of ``2**shift``-row blocks, :mod:`.bm25_blocks`) when ``blocks``,
-    else v1."""
+    (with quantized impacts, :mod:`.bm25_impacts`) when ``impacts``, else v1."""
 
-    def __init__(self, root: Path, analyzer: Any, *, blocks: bool = False, shift: int | None = None) -> None:
-        from .bm25_blocks import DEFAULT_SHIFT
-
+    def __init__(self, root: Path, analyzer: Any, *, impacts: bool = False) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=False)
         self.analyzer = analyzer
-        self.blocks = blocks
-        self.shift = DEFAULT_SHIFT if shift is None else int(shift)
-        if not 0 <= self.shift <= 20:
-            raise ConfigError(f"block shift must be 0..20, got {self.shift}")
+        self.impacts = impacts
         self.vocab: dict[str, int] = {}
         self.lengths: list[int] = []
         self.terms: list[np.ndarray] = []
@@ -234,11 +228,11 @@ class BM25StoreBuilder:
         total = int(lengths.astype(np.int64).sum())
         meta: dict[str, Any] = {"format": FORMAT, "num_docs": len(lengths), "num_terms": len(self.vocab),
                                 "nnz": int(len(docs)), "total_len": total, "k1": K1, "b": B}
-        if self.blocks:
-            from .bm25_blocks import write_blocks
+        if self.impacts:
+            from .bm25_impacts import write_impacts
 
-            meta.update(write_blocks(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths),
-                                     total / max(1, len(lengths)), self.shift), format=FORMAT_V2)
+            meta.update(write_impacts(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths),
+                                      total / max(1, len(lengths))), format=FORMAT_V2)
         atomic_write_json(self.root / "meta.json", meta)
 
     def abort(self) -> None:
@@ -274,12 +268,12 @@ class BM25Store:
         np.cumsum((self.df + BLOCK - 1) // BLOCK, out=self.block_ptr[1:])
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
-        from .bm25_blocks import BlockIndex, _Scratch
+        from .bm25_impacts import Impacts, Scratch
 
-        # v2: the row-block index (quantized block maxima) the pruned top-k of numba searches with
-        self.blocks = BlockIndex.open(self.root, meta, self.num_docs, len(self.df)) if meta["format"] == FORMAT_V2 \
+        # v2: the quantized impacts the pruned top-k of numba searches with
+        self.impacts = Impacts.open(self.root, meta, len(self.docs), len(self.df)) if meta["format"] == FORMAT_V2 \
             else None
-        self._block_scratch = _Scratch()
+        self._impact_scratch = Scratch()
         self.total_len = int(self.lengths.astype(np.int64).sum())
         self.own_avgdl = self.total_len / max(1, self.num_docs)  # the segment's own statistics (tombstones in)
         from ._tantivy import bm25_analyzer
@@ -373,10 +367,8 @@ class BM25Store:
         if not len(terms) or not rows.size:
             return out.astype(np.float32)
         if fac is None and not self.needs_factors():
-            from .bm25_blocks import _avgdl
-
-            _numba("score_tf")(ptr, terms, weights, self.indptr, self.docs, self.tfs, self.fn,
-                               norm_table(_avgdl(avgdl)), rows, out)
+            _numba("score_tf")(ptr, terms, weights, self.indptr, self.docs, self.tfs, self.fn, norm_table(avgdl),
+                               rows, out)
             return out.astype(np.float32)
         fac = self._fac_array(avgdl, fac)
         kern = _numba("score", len(self.docs))
@@ -400,8 +392,8 @@ class BM25Store:
 
     def needs_factors(self) -> bool:
         """Whether :meth:`search` (pruned) and :meth:`score` read :meth:`tf_factors`: not for a v2
-        store where numba runs (they compute each factor from tf, the block maxima bound them)."""
-        return self.blocks is None or _numba("blockmax", len(self.docs)) is None
+        store where numba runs (they compute each factor from tf, the impacts bound them)."""
+        return self.impacts is None or _numba("impacts", len(self.docs)) is None
 
     def search(self, queries: SegmentQueries, avgdl: float, k: int, *, allowed: np.ndarray | None = None,
                threads: int | None = 1, fac: TfFactors | np.ndarray | None = None, prune: bool = True
@@ -432,7 +424,7 @@ class BM25Store:
             return rows, scores.astype(np.float32)
         mask = np.zeros(0, dtype=np.bool_) if allowed is None else np.asarray(allowed, dtype=np.bool_)
         if prune and not self.needs_factors():
-            return self._search_blocks(queries, avgdl, k, mask, threads, rows, scores)
+            return self._search_impacts(queries, avgdl, k, mask, threads, rows, scores)
         fac = self._factors(avgdl, fac)
         kern = _numba("topk_pruned" if prune else "topk", len(self.docs))
         if kern is None:
@@ -466,20 +458,21 @@ class BM25Store:
         return rows, scores.astype(np.float32)
 
 
-    def _search_blocks(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
-                       rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pruned top-k of a v2 store: row blocks bounded by their quantized maxima
-        (:func:`._bm25_block_kernels.topk_blockmax`); the same rows, ties and scores as ``prune=False``."""
-        from .bm25_blocks import search_blocks
+    def _search_impacts(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
+                        rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pruned top-k of a v2 store: windowed MaxScore over the quantized impacts, exact
+        scores of the rows that can still enter (:func:`._bm25_impact_kernels.topk_impacts`); the
+        same rows, ties and scores as ``prune=False``."""
+        from .bm25_impacts import search_impacts
 
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         nq = len(ptr) - 1
-        kern = _numba("blockmax")
+        kern = _numba("impacts")
         workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
 
         def block(a: int, b: int) -> None:
-            search_blocks(self, self.blocks, self._block_scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
-                          weights[ptr[a]:ptr[b]], avgdl, k, mask, rows[a:b], scores[a:b], np.zeros(3, np.int64))
+            search_impacts(self, self._impact_scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
+                           weights[ptr[a]:ptr[b]], avgdl, k, mask, rows[a:b], scores[a:b], np.zeros(3, np.int64))
 
         if workers == 1:
             block(0, nq)
@@ -538,11 +531,11 @@ def _numba(name: str, postings: int | None = None) -> Any:
         return None
     if name not in _KERNEL:
         try:
-            from ._bm25_block_kernels import score_tf, topk_blockmax
+            from ._bm25_impact_kernels import score_tf, topk_impacts
             from ._bm25_kernels import score, topk_exhaustive, topk_pruned
         except ImportError:
             _KERNEL[name] = None
             return None
         _KERNEL[name] = {"topk": topk_exhaustive, "topk_pruned": topk_pruned, "score": score,
-                         "blockmax": topk_blockmax, "score_tf": score_tf}[name]
+                         "impacts": topk_impacts, "score_tf": score_tf}[name]
     return _KERNEL[name]

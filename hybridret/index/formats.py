@@ -5,7 +5,7 @@
 | ``hybridret-dense-v1`` | dense | :class:`~.dense.DenseIndex` (FAISS + exact vectors) | ``dense`` |
 | ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact layers, pruned exact top-k; the default) | ``sparse`` |
 | ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy; ``tfgrid``) | ``sparse`` |
-| ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + quantized block-max row blocks, :mod:`.bm25_blocks`; the default) | ``bm25`` |
+| ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 quantized impacts, :mod:`.bm25_impacts`; the default) | ``bm25`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
 | ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
 """
@@ -83,8 +83,7 @@ def _bm25_v2_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any
     from ._tantivy import bm25_analyzer
     from .bm25 import BM25StoreBuilder
 
-    return BM25StoreBuilder(root, bm25_analyzer(), blocks=True,
-                            shift=int(opts["block_shift"]) if "block_shift" in opts else None)
+    return BM25StoreBuilder(root, bm25_analyzer(), impacts=True)
 
 
 def _bm25_open(root: Path, device: str | None) -> Any:
