@@ -74,8 +74,8 @@ PRIOR_BASE_MB = 700
 LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages measured
 GROUPS = ("learned", "bm25", "dense", "hybrid")
 PLOTTED = ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
-           "bm25-store-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy", "hybrid-default",
-           "hybrid-default-today")
+           "bm25-store-pruned", "bm25-store-v1-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy",
+           "hybrid-default", "hybrid-default-today")
 
 
 # --------------------------------------------------------------------------- steps (run in a child process)
@@ -223,6 +223,9 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
             spec["learned_dir"] = next(p["dir"] for p in res["build_today"]["parts"].values()
                                        if p["class"] == "LearnedIndex")
     for g in GROUPS:
+        if g not in args.groups:
+            res[g] = {"paths": {}, "skipped": "not in --groups"}
+            continue
         if g == "bm25" and not spec["bm25_dir"] or g == "dense" and not spec["dense_dir"]:
             res[g] = {"paths": {}, "skipped": "the index has no such part"}
             continue
@@ -263,6 +266,7 @@ def ratios(res: dict[str, Any]) -> dict[str, float | None]:
             "bm25 pruned vs bm25s numba (x faster)": over("bm25-store-pruned", "bm25s-numba"),
             "bm25 exhaustive vs bm25s numba (x faster)": over("bm25-store", "bm25s-numba"),
             "bm25 pruned vs exhaustive (x faster)": over("bm25-store-pruned", "bm25-store"),
+            "bm25 v1 pruned vs bm25s numba (x faster)": over("bm25-store-v1-pruned", "bm25s-numba"),
             "dense hybridret vs faiss direct (x faster)": over("dense-hybridret", "dense-faiss"),
             "dense hybridret vs numpy (x faster)": over("dense-hybridret", "dense-numpy"),
             "hybrid default ms/query": ms.get("hybrid-default"),
@@ -421,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep each size's corpus and index")
     ap.add_argument("--smoke", action="store_true", help="one 10k size, 40 queries, in-process (CI)")
     ap.add_argument("--smoke-docs", type=int, default=200, help="--smoke without an index: passages to encode")
+    ap.add_argument("--groups", default=",".join(GROUPS), help=f"search groups to run (default: all of {GROUPS})")
     ap.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/scale-sparse.json)")
     ap.add_argument("--plot", type=Path, default=None, help="plot (default docs/img/scale-sparse.png)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
@@ -430,6 +435,9 @@ def main(argv: list[str] | None = None) -> int:
         name, spec_file, out_file = args.child
         Path(out_file).write_text(json.dumps(step(name, json.loads(Path(spec_file).read_text())), default=float))
         return 0
+    args.groups = [g.strip() for g in args.groups.split(",") if g.strip()]
+    if set(args.groups) - set(GROUPS):
+        ap.error(f"--groups: unknown {sorted(set(args.groups) - set(GROUPS))} (known: {', '.join(GROUPS)})")
     t_start, load0 = time.perf_counter(), os.getloadavg()[0]
     if args.smoke:
         args.sizes, args.queries, args.repeats = "10k", min(args.queries, 40), 1

@@ -19,8 +19,8 @@ from _text_only import TextOnly, build
 from hybridret import IndexWriter
 from hybridret.errors import IndexFormatError
 from hybridret.filters import parse_filter
-from hybridret.index.bm25 import FORMAT_V2, K1, BM25Store, BM25StoreBuilder, QueryTerms, idf
 import hybridret.index.bm25_impacts as bi
+from hybridret.index.bm25 import FORMAT_V2, K1, BM25Store, BM25StoreBuilder, QueryTerms, idf
 from hybridret.index.bm25_impacts import drift
 from hybridret.index.snapshot import open_snapshot
 from hybridret.retrievers import QueryBatch, score_rows, search_rows

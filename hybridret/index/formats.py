@@ -5,7 +5,7 @@
 | ``hybridret-dense-v1`` | dense | :class:`~.dense.DenseIndex` (FAISS + exact vectors) | ``dense`` |
 | ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact layers, pruned exact top-k; the default) | ``sparse`` |
 | ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy; ``tfgrid``) | ``sparse`` |
-| ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 quantized impacts, :mod:`.bm25_impacts`; the default) | ``bm25`` |
+| ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts, :mod:`.bm25_impacts`; the default) | ``bm25`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
 | ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
 """
@@ -22,8 +22,8 @@ from ..errors import IndexFormatError
 from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
 from .storage import read_json
 
-__all__ = ["BM25_V1", "BM25_V2", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts", "open_part",
-           "part_type"]
+__all__ = ["BM25_V1", "BM25_V2", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts",
+           "open_part", "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
 LEARNED_V1 = "hybridret-learned-v1"
