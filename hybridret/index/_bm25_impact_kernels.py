@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._bm25_kernels import _gallop
 from ._heap import drain as _drain
 from ._heap import jit as _jit
 from ._heap import push as _push
 
 __all__ = ["score_tf", "topk_impacts"]
 
+WALK = 16  # walk a non-essential term's window rather than gallop when candidates * WALK exceed its postings
 SLACK = 1e-9  # relative slack of lower and upper bounds (float rounding of the bounds themselves)
 
 
@@ -191,21 +193,24 @@ def topk_impacts(qptr, qterm, qw, indptr, docs, tfs, fn, norm, imp, tmax, kth, r
                         wc[nc] = o
                         nc += 1
             if ne < n and nc:  # complete the candidates with the non-essential terms
+                wc[:nc].sort()  # row order: a galloping cursor along each list
                 for x in range(nc):
                     acc[wc[x]] = -acc[wc[x]]  # a candidate's sum is negative while it is completed
                 for i in range(ne, n):
                     jj = order[i]
                     c = wj[jj]
-                    if nc * 16 > endp[jj] - cur[jj]:  # many candidates: walk the term's window
+                    if nc * WALK > endp[jj] - cur[jj]:  # many candidates: walk the term's window
                         for p in range(cur[jj], endp[jj]):
                             o = docs[p] - base
                             if acc[o] < 0.0:
                                 acc[o] -= c * np.float32(imp[p])
                     else:
+                        p = cur[jj]
+                        hi = endp[jj]
                         for x in range(nc):
                             d = base + wc[x]
-                            p = _find(docs, cur[jj], endp[jj], d)
-                            if p < endp[jj] and docs[p] == d:
+                            p = _gallop(docs, p, hi, d)
+                            if p < hi and docs[p] == d:
                                 acc[wc[x]] -= c * np.float32(imp[p])
                 for x in range(nc):
                     acc[wc[x]] = -acc[wc[x]]
