@@ -7,7 +7,8 @@ as the tantivy ``text`` field (``sparse._bm25_analyzer``), in plain files:
 * ``vocab.json``: the segment's tokens (term id = position);
 * ``postings.indptr.npy`` (int64, V + 1), ``postings.docs.npy`` (int32, rows ascending per term),
   ``postings.tf.npy`` (uint16, int32 if a tf exceeds it): the inverted index; df = ``diff(indptr)``;
-* ``lengths.npy`` (int32, n): tokens per document, as tantivy counts them (stop words removed).
+* ``lengths.npy`` (int32, n): tokens per document, as tantivy counts them (stop words removed);
+* v2 (``hybridret-bm25-v2``) adds the postings' quantized impacts (:mod:`.bm25_impacts`).
 
 Scores follow tantivy exactly (k1 = 1.2, b = 0.75): ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``,
 the document length quantised through tantivy's fieldnorm table (:func:`fieldnorm_to_id`,
@@ -407,7 +408,9 @@ class BM25Store:
         ``prune`` (numba): MaxScore over the query's terms with the block maxima of ``fac``
         (``_bm25_kernels.topk_pruned``), which skips the lists and postings that cannot reach the
         top k and returns what ``prune=False`` (every posting of every term) returns: the same
-        rows, ties and float32 scores. The numpy path is exhaustive either way.
+        rows, ties and float32 scores. A v2 store (:attr:`impacts`) prunes with its u8 impacts
+        instead (:mod:`.bm25_impacts`; ``fac`` is not read), with the same result. The numpy path
+        is exhaustive either way.
 
         The numba path accumulates into a dense score buffer (``8 + 4`` bytes per document); a fresh
         one per call costs page faults (+6-8 % of a one-query call on 30,000 documents, several ms
@@ -456,7 +459,6 @@ class BM25Store:
             with ThreadPoolExecutor(max_workers=workers) as pool:
                 list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
         return rows, scores.astype(np.float32)
-
 
     def _search_impacts(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
                         rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
