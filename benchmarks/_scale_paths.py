@@ -29,7 +29,8 @@ LABELS = {
     "scipy-brute": "learned sparse exact: scipy Q @ D.T in document blocks (reference)",
     "impact-approx": "learned sparse approx: ImpactIndex mode='approx'",
     "bm25-store": "BM25: BM25Store, exhaustive (today)",
-    "bm25-store-pruned": "BM25: BM25Store, pruned",
+    "bm25-store-pruned": "BM25: BM25Store, pruned (v2: u8 impacts, windowed MaxScore)",
+    "bm25-store-v1-pruned": "BM25: BM25Store v1 MaxScore over float64 factors (before #30)",
     "bm25s-numba": "BM25: bm25s numba, incl. tokenising (peer)",
     "bm25s-numba-pretokenised": "BM25: bm25s numba, pre-tokenised queries",
     "dense-hybridret": "dense: hybridret DenseIndex as built (size rule: Flat, or IVF-RaBitQ + exact re-scoring), batch",
@@ -275,6 +276,19 @@ def group_bm25(spec: dict[str, Any], texts: list[str], ms: np.ndarray) -> dict[s
         add("bm25-store", lambda qs: store_search(qs, prune=False))
         add("bm25-store-pruned", lambda qs: store_search(qs, prune=True))
         out["store_search_switch"] = "prune= (False: exhaustive, True: pruned)"
+        out["store_format"] = store.meta.get("format")
+        if getattr(store, "impacts", None) is not None:  # v2: today's v1 MaxScore on the same postings too
+            import copy
+
+            v1 = copy.copy(store)
+            v1.impacts = None
+            fac = v1.tf_factors(avgdl)
+
+            def v1_search(qs: list[str]) -> Any:
+                tokens = [list(store.analyzer.analyze(t)) for t in qs]
+                return v1.search(store.own_queries(tokens), avgdl, K, threads=1, prune=True, fac=fac)
+
+            add("bm25-store-v1-pruned", v1_search)
     else:
         add("bm25-store", store_search)
         out["paths"]["bm25-store-pruned"] = unavailable("BM25Store.search has no prune= switch yet (this code "

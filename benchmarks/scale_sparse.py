@@ -74,8 +74,8 @@ PRIOR_BASE_MB = 700
 LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages measured
 GROUPS = ("learned", "bm25", "dense", "hybrid")
 PLOTTED = ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
-           "bm25-store-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy", "hybrid-default",
-           "hybrid-default-today")
+           "bm25-store-pruned", "bm25-store-v1-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy",
+           "hybrid-default", "hybrid-default-today")
 
 
 # --------------------------------------------------------------------------- steps (run in a child process)
@@ -266,6 +266,7 @@ def ratios(res: dict[str, Any]) -> dict[str, float | None]:
             "bm25 pruned vs bm25s numba (x faster)": over("bm25-store-pruned", "bm25s-numba"),
             "bm25 exhaustive vs bm25s numba (x faster)": over("bm25-store", "bm25s-numba"),
             "bm25 pruned vs exhaustive (x faster)": over("bm25-store-pruned", "bm25-store"),
+            "bm25 v1 pruned vs bm25s numba (x faster)": over("bm25-store-v1-pruned", "bm25s-numba"),
             "dense hybridret vs faiss direct (x faster)": over("dense-hybridret", "dense-faiss"),
             "dense hybridret vs numpy (x faster)": over("dense-hybridret", "dense-numpy"),
             "hybrid default ms/query": ms.get("hybrid-default"),

@@ -7,7 +7,8 @@ as the tantivy ``text`` field (``sparse._bm25_analyzer``), in plain files:
 * ``vocab.json``: the segment's tokens (term id = position);
 * ``postings.indptr.npy`` (int64, V + 1), ``postings.docs.npy`` (int32, rows ascending per term),
   ``postings.tf.npy`` (uint16, int32 if a tf exceeds it): the inverted index; df = ``diff(indptr)``;
-* ``lengths.npy`` (int32, n): tokens per document, as tantivy counts them (stop words removed).
+* ``lengths.npy`` (int32, n): tokens per document, as tantivy counts them (stop words removed);
+* v2 (``hybridret-bm25-v2``) adds the postings' quantized impacts (:mod:`.bm25_impacts`).
 
 Scores follow tantivy exactly (k1 = 1.2, b = 0.75): ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``,
 the document length quantised through tantivy's fieldnorm table (:func:`fieldnorm_to_id`,
@@ -51,6 +52,7 @@ __all__ = ["B", "BLOCK", "BM25Store", "BM25StoreBuilder", "FIELDNORMS", "K1", "Q
 logger = logging.getLogger(__name__)
 
 FORMAT = "hybridret-bm25-v1"
+FORMAT_V2 = "hybridret-bm25-v2"  # v1's files plus quantized impacts (bm25_impacts.py)
 K1 = 1.2
 B = 0.75
 from ._blocks import BLOCK  # noqa: E402 - postings per block of a term's list, shared with the kernels
@@ -177,12 +179,14 @@ class TfFactors:
 
 
 class BM25StoreBuilder:
-    """Streams document texts into ``root`` (created); :meth:`close` writes the files."""
+    """Streams document texts into ``root`` (created); :meth:`close` writes the files: a v2 store
+    (with quantized impacts, :mod:`.bm25_impacts`) when ``impacts``, else v1."""
 
-    def __init__(self, root: Path, analyzer: Any) -> None:
+    def __init__(self, root: Path, analyzer: Any, *, impacts: bool = False) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=False)
         self.analyzer = analyzer
+        self.impacts = impacts
         self.vocab: dict[str, int] = {}
         self.lengths: list[int] = []
         self.terms: list[np.ndarray] = []
@@ -214,15 +218,23 @@ class BM25StoreBuilder:
         indptr = np.zeros(len(self.vocab) + 1, dtype=np.int64)
         np.cumsum(np.bincount(terms, minlength=len(self.vocab)), out=indptr[1:])
         lengths = np.array(self.lengths, dtype=np.int32)
+        docs = docs[order]
         atomic_write_npy(self.root / "postings.indptr.npy", indptr)
-        atomic_write_npy(self.root / "postings.docs.npy", docs[order])
+        atomic_write_npy(self.root / "postings.docs.npy", docs)
         tfs = tfs[order]  # uint16 unless some term occurs 65,536+ times in one document
-        atomic_write_npy(self.root / "postings.tf.npy", tfs.astype(np.uint16) if not len(tfs) or tfs.max() < 65536 else tfs)
+        tfs = tfs.astype(np.uint16) if not len(tfs) or tfs.max() < 65536 else tfs
+        atomic_write_npy(self.root / "postings.tf.npy", tfs)
         atomic_write_npy(self.root / "lengths.npy", lengths)
         atomic_write_json(self.root / "vocab.json", list(self.vocab))
-        atomic_write_json(self.root / "meta.json", {
-            "format": FORMAT, "num_docs": len(lengths), "num_terms": len(self.vocab), "nnz": int(len(docs)),
-            "total_len": int(lengths.sum()), "k1": K1, "b": B})
+        total = int(lengths.astype(np.int64).sum())
+        meta: dict[str, Any] = {"format": FORMAT, "num_docs": len(lengths), "num_terms": len(self.vocab),
+                                "nnz": int(len(docs)), "total_len": total, "k1": K1, "b": B}
+        if self.impacts:
+            from .bm25_impacts import write_impacts
+
+            meta.update(write_impacts(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths),
+                                      total / max(1, len(lengths))), format=FORMAT_V2)
+        atomic_write_json(self.root / "meta.json", meta)
 
     def abort(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
@@ -234,7 +246,7 @@ class BM25Store:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         meta = read_json(self.root / "meta.json")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, FORMAT_V2):
             raise IndexFormatError(f"{self.root}: unsupported BM25 store format {meta.get('format')!r}")
         self.meta = meta
         self.num_docs = int(meta["num_docs"])
@@ -257,6 +269,12 @@ class BM25Store:
         np.cumsum((self.df + BLOCK - 1) // BLOCK, out=self.block_ptr[1:])
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
+        from .bm25_impacts import Impacts, Scratch
+
+        # v2: the quantized impacts the pruned top-k of numba searches with
+        self.impacts = Impacts.open(self.root, meta, len(self.docs), len(self.df)) if meta["format"] == FORMAT_V2 \
+            else None
+        self._impact_scratch = Scratch()
         self.total_len = int(self.lengths.astype(np.int64).sum())
         self.own_avgdl = self.total_len / max(1, self.num_docs)  # the segment's own statistics (tombstones in)
         from ._tantivy import bm25_analyzer
@@ -349,6 +367,10 @@ class BM25Store:
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         if not len(terms) or not rows.size:
             return out.astype(np.float32)
+        if fac is None and not self.needs_factors():
+            _numba("score_tf")(ptr, terms, weights, self.indptr, self.docs, self.tfs, self.fn, norm_table(avgdl),
+                               rows, out)
+            return out.astype(np.float32)
         fac = self._fac_array(avgdl, fac)
         kern = _numba("score", len(self.docs))
         if kern is not None:
@@ -369,6 +391,11 @@ class BM25Store:
             out[q, valid] = s
         return out.astype(np.float32)
 
+    def needs_factors(self) -> bool:
+        """Whether :meth:`search` (pruned) and :meth:`score` read :meth:`tf_factors`: not for a v2
+        store where numba runs (they compute each factor from tf, the impacts bound them)."""
+        return self.impacts is None or _numba("impacts", len(self.docs)) is None
+
     def search(self, queries: SegmentQueries, avgdl: float, k: int, *, allowed: np.ndarray | None = None,
                threads: int | None = 1, fac: TfFactors | np.ndarray | None = None, prune: bool = True
                ) -> tuple[np.ndarray, np.ndarray]:
@@ -381,7 +408,9 @@ class BM25Store:
         ``prune`` (numba): MaxScore over the query's terms with the block maxima of ``fac``
         (``_bm25_kernels.topk_pruned``), which skips the lists and postings that cannot reach the
         top k and returns what ``prune=False`` (every posting of every term) returns: the same
-        rows, ties and float32 scores. The numpy path is exhaustive either way.
+        rows, ties and float32 scores. A v2 store (:attr:`impacts`) prunes with its u8 impacts
+        instead (:mod:`.bm25_impacts`; ``fac`` is not read), with the same result. The numpy path
+        is exhaustive either way.
 
         The numba path accumulates into a dense score buffer (``8 + 4`` bytes per document); a fresh
         one per call costs page faults (+6-8 % of a one-query call on 30,000 documents, several ms
@@ -396,8 +425,10 @@ class BM25Store:
         scores = np.full((nq, k), -np.inf, dtype=np.float64)
         if nq == 0 or not len(terms):
             return rows, scores.astype(np.float32)
-        fac = self._factors(avgdl, fac)
         mask = np.zeros(0, dtype=np.bool_) if allowed is None else np.asarray(allowed, dtype=np.bool_)
+        if prune and not self.needs_factors():
+            return self._search_impacts(queries, avgdl, k, mask, threads, rows, scores)
+        fac = self._factors(avgdl, fac)
         kern = _numba("topk_pruned" if prune else "topk", len(self.docs))
         if kern is None:
             for q in range(nq):
@@ -418,6 +449,32 @@ class BM25Store:
             kern(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], self.indptr, self.docs,
                  fac.fac, *bounds, buf[0], buf[1], mask, k, rows[a:b], scores[a:b], *work)
             local.buf = buf
+
+        if workers == 1:
+            block(0, nq)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            cuts = np.linspace(0, nq, workers + 1).astype(int)
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
+        return rows, scores.astype(np.float32)
+
+    def _search_impacts(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
+                        rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pruned top-k of a v2 store: windowed MaxScore over the quantized impacts, exact
+        scores of the rows that can still enter (:func:`._bm25_impact_kernels.topk_impacts`); the
+        same rows, ties and scores as ``prune=False``."""
+        from .bm25_impacts import search_impacts
+
+        ptr, terms, weights = queries.ptr, queries.term, queries.weight
+        nq = len(ptr) - 1
+        kern = _numba("impacts")
+        workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
+
+        def block(a: int, b: int) -> None:
+            search_impacts(self, self._impact_scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
+                           weights[ptr[a]:ptr[b]], avgdl, k, mask, rows[a:b], scores[a:b], np.zeros(3, np.int64))
 
         if workers == 1:
             block(0, nq)
@@ -476,9 +533,11 @@ def _numba(name: str, postings: int | None = None) -> Any:
         return None
     if name not in _KERNEL:
         try:
+            from ._bm25_impact_kernels import score_tf, topk_impacts
             from ._bm25_kernels import score, topk_exhaustive, topk_pruned
         except ImportError:
             _KERNEL[name] = None
             return None
-        _KERNEL[name] = {"topk": topk_exhaustive, "topk_pruned": topk_pruned, "score": score}[name]
+        _KERNEL[name] = {"topk": topk_exhaustive, "topk_pruned": topk_pruned, "score": score,
+                         "impacts": topk_impacts, "score_tf": score_tf}[name]
     return _KERNEL[name]

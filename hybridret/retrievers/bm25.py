@@ -115,11 +115,14 @@ class _TfSlot:
 _TF_KEEP = 2  # tf factors (8 bytes per posting, 1/16 more for the block maxima) kept per segment and snapshot
 
 
-def tf_factors(snap: Snapshot, i: int, avgdl: float, part: str = "bm25") -> TfFactors:
+def tf_factors(snap: Snapshot, i: int, avgdl: float, part: str = "bm25") -> TfFactors | None:
     """The tf factors and their maxima (:meth:`BM25Store.tf_factors`) of segment ``i``'s store under
     ``avgdl``: the store's own once-made ones when ``avgdl`` is its own (one segment, no
-    tombstones), else kept on the snapshot."""
+    tombstones), else kept on the snapshot; ``None`` for a store that searches and scores without
+    them (v2 with numba: :meth:`BM25Store.needs_factors`)."""
     store = snap.segments[i].part(part)
+    if not store.needs_factors():
+        return None
     if avgdl == store.own_avgdl:
         return store.tf_factors(avgdl)
     return snap.cache.get(("bm25.tf", part, i), _TfSlot).get(store, avgdl)
