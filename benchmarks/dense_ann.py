@@ -2,7 +2,7 @@
 them, one core (issue #31's design measurements; scale_sparse.py times the part inside the engine).
 
     python benchmarks/dense_ann.py --index /work/bench/bench-msmarco-dl19-pool --sizes 30k,1M
-    python benchmarks/dense_ann.py --smoke        # 3,000 vectors, a few queries (CI: tests/test_benchmarks_smoke.py)
+    python benchmarks/dense_ann.py --smoke        # 3,000 vectors, a few queries (CI: tests/test_scale_benchmark.py)
 
 Per size: the dense vectors (the real pool's for ``30k``; resampled as in ``_resample.py`` for any
 other size) written to a dense part by :class:`hybridret.index.dense.DenseIndex` with ``factory="auto"``
@@ -166,7 +166,9 @@ def run_size(n: int, X: np.ndarray, qd: np.ndarray, ms: np.ndarray, args: argpar
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--index", type=Path, default=ROOT / "indexes" / "bench-msmarco-dl19-pool")
+    ap.add_argument("--index", type=Path, default=None,
+                    help="source index of real passages (default indexes/bench-msmarco-dl19-pool[-smoke200]; "
+                         "built if absent)")
     ap.add_argument("--sizes", default="30k,1M")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--single", type=int, default=200, help="queries timed one at a time")
@@ -185,8 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.sizes, args.queries, args.single, args.grid_single, args.repeats = "3000", 40, 10, 5, 1
         args.nprobes, args.candidates, args.proxy_cosines = [4, 8], [40, 100], [1.0, 0.7]
-        args.index = ROOT / "indexes" / "bench-msmarco-dl19-pool-smoke200" \
-            if not (args.index / "manifest.json").is_file() else args.index
+    args.index = args.index or ROOT / "indexes" / ("bench-msmarco-dl19-pool" + ("-smoke200" if args.smoke else ""))
     pin_one_core()
     built = None
     if not (args.index / "manifest.json").is_file():
@@ -222,7 +223,6 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     out = args.out or (Path(tempfile.gettempdir()) / "dense-ann-smoke.json" if args.smoke else RESULTS / "dense-ann.json")
     write_json(out, {"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}, "results": results})
-    print(f"wrote {out}")
     return 0
 
 

@@ -66,3 +66,15 @@ def test_scale_sparse_smoke(tmp_path: Path) -> None:
     assert 0.0 <= res["hybrid"]["paths"]["hybrid-default-today"]["same_top10_as_default"] <= 1.0
     assert plot.is_file() or "no plot" in doc["plot"]
     assert res["ratios"]["impact exact vs numpy inverted (x faster)"] > 0
+    # benchmarks/dense_ann.py on the same source index: the compressed dense part at 3,000 resampled
+    # vectors (the size rule's threshold set to 0), its recall against exact and its memory
+    dense_out = tmp_path / "dense-ann.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dense_ann.py"), "--smoke", "--index",
+                           str(tmp_path / "source"), "--workdir", str(tmp_path), "--out", str(dense_out)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"dense_ann.py --smoke failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    (dense,) = json.loads(dense_out.read_text())["results"]
+    assert dense["size"] == 3000 and dense["factory"].endswith("RaBitQfs") and dense["nprobe"] >= 1
+    assert 0.5 <= dense["recall_real"] <= 1.0 and dense["x_flat"] > 0
+    assert dense["index_bytes_per_vector"] < dense["float32_bytes_per_vector"] / 4  # the memory target
+    assert {(g["nprobe"], g["candidates"]) for g in dense["grid"]} == {(4, 40), (4, 100), (8, 40), (8, 100)}
