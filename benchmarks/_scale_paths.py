@@ -345,11 +345,11 @@ def _overlap(a: np.ndarray, b: np.ndarray) -> float:
                           for x, y in zip(a, b)]))
 
 
-def _flat_copy(vectors: Any) -> Any:
-    """A FAISS IndexFlatIP over the float vectors (read in blocks, not through the memory map)."""
+def _flat_copy(vectors: Any, metric: str = "ip") -> Any:
+    """A FAISS Flat index over the float vectors (read in blocks, not through the memory map)."""
     import faiss
 
-    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat = faiss.IndexFlatIP(vectors.shape[1]) if metric == "ip" else faiss.IndexFlatL2(vectors.shape[1])
     for a in range(0, len(vectors), 65536):
         flat.add(np.ascontiguousarray(vectors[a:a + 65536], dtype=np.float32))
     return flat
@@ -456,7 +456,8 @@ def group_hybrid(spec: dict[str, Any], texts: list[str], qd: np.ndarray, Q: sp.c
     for seg in exact.snapshot.segments:
         part = seg.part("dense")
         if part is not None and part.compressed:
-            part.index, part.factory, part.candidates, part.nprobe = _flat_copy(part.vectors), "Flat", None, None
+            part.index, part.factory, part.candidates, part.nprobe = (_flat_copy(part.vectors, part.metric), "Flat",
+                                                                      None, None)
             swapped += 1
     if swapped:
         c = exact.fusion_config("hybrid")

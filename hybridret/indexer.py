@@ -952,7 +952,8 @@ def _outdated(seg: Any, layout: Layout) -> bool:
         if meta.get("format") != spec.format:
             return True
         want = spec.options.get("factory")
-        return want is not None and meta.get("requested_factory", meta.get("factory")) != want
+        have = meta.get("requested_factory", meta.get("factory"))
+        return want is not None and str(have).strip().lower() != str(want).strip().lower()
 
     return seg.layout != "parts" or any(seg.part(n) is None or differs(seg.part(n).meta, spec)
                                         for n, spec in layout.parts.items())

@@ -44,7 +44,7 @@ class HybridRetriever:
     >>> retriever.save("indexes/mine"); HybridRetriever.load("indexes/mine")
 
     Settings: ``faiss_factory`` (``"auto"``, the default: exact ``"Flat"`` for segments of fewer than
-    ``faiss_auto_min_rows`` vectors (100,000), a compressed IVF-RaBitQ index tuned to recall@10 0.99
+    ``faiss_auto_min_rows`` vectors (100,000), a compressed IVF-RaBitQ index tuned to recall@10 0.995
     with exact re-scoring above (:mod:`hybridret.index.dense_auto`); or any FAISS factory string),
     ``faiss_metric`` (``"ip"``/``"l2"``), ``sparse_scheme`` / ``sparse_bits`` / ``sparse_max_weight``
     (how learned weights are indexed: ``"impact"``, the default, keeps impact-layered postings

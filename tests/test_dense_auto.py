@@ -79,6 +79,23 @@ def test_exact_topk_by_hand():
     assert recall_at(np.array([[0, 2, 5]]), np.array([[0, 1, -1]])) == 0.5
 
 
+def test_exact_topk_ties_by_row_and_far_l2():
+    vectors = np.array([[1, 0], [1, 0], [1, 0], [0, 1]], dtype=np.float32)
+    rows, _ = exact_topk(vectors, np.array([[1, 0]], dtype=np.float32), 2)
+    assert rows.tolist() == [[0, 1]]  # equal scores: the lower row first, as every path orders them
+    far = np.array([[100.0, 100.0], [100.5, 100.0]], dtype=np.float32)
+    rows, scores = exact_topk(far, far[:1], 2, metric="l2")
+    assert rows.tolist() == [[0, 1]] and scores[0, 0] == 0.0 and scores[0, 1] == -0.25  # no cancellation
+
+
+def test_min_rows_zero_compresses_every_size():
+    from hybridret.index.formats import builtin_parts
+
+    parts = builtin_parts({"faiss_factory": "auto", "faiss_auto_min_rows": 0}, {"dense": {"kind": "dense"}})
+    assert parts["dense"].options["min_rows"] == 0
+    assert resolve_factory("auto", 1000, min_rows=0) == "IVF16,RaBitQfs"
+
+
 def test_small_segment_is_flat(corpus, tmp_path):
     b = DenseIndex.create(tmp_path / "d", D, factory="auto", min_rows=10_000)
     b.add(corpus[0][:3000])
@@ -166,20 +183,29 @@ def test_l2_metric(corpus, tmp_path):
     rows, scores = part.search(queries, K)
     want = -((docs[:3000][rows] * 2.0 - queries[:, None, :]) ** 2).sum(-1)
     np.testing.assert_allclose(scores, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(scores, part.score(queries, rows), rtol=1e-6, atol=1e-6)  # the same exact score
     ref_rows, _ = exact_topk(docs[:3000] * 2.0, queries, K, metric="l2")
     assert recall_at(rows, ref_rows) >= 0.9
 
 
-def test_damaged_tuning_is_refused(compressed, tmp_path):
+@pytest.mark.parametrize("change", [{"candidates": "many"}, {"nprobe": None}, {"nprobe": 0}])
+def test_damaged_tuning_is_refused(compressed, tmp_path, change):
     import shutil
 
     root = tmp_path / "copy"
     shutil.copytree(compressed.root, root)
     meta = json.loads((root / "meta.json").read_text())
-    meta["candidates"] = "many"
+    meta.update(change)
     (root / "meta.json").write_text(json.dumps(meta))
-    with pytest.raises(IndexFormatError, match="candidates"):
+    with pytest.raises(IndexFormatError, match="nprobe|candidates"):
         DenseIndex(root)
+
+
+def test_exact_search_checks_its_arguments(compressed, corpus):
+    with pytest.raises(ConfigError, match="k must be positive"):
+        compressed.exact_search(corpus[1], 0)
+    with pytest.raises(ConfigError, match="allowed mask"):
+        compressed.exact_search(corpus[1], 5, allowed=np.ones(compressed.num_docs + 1, dtype=bool))
 
 
 def test_bad_settings_are_refused():

@@ -23,7 +23,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="DIR", help="index directory to write")
     p.add_argument("--faiss", default="auto", metavar="FACTORY",
                    help="the dense part: auto (default: exact Flat for segments under 100,000 vectors, above that "
-                        "a compressed IVF-RaBitQ index tuned to recall@10 0.99 whose candidates are re-scored "
+                        "a compressed IVF-RaBitQ index tuned to recall@10 0.995 whose candidates are re-scored "
                         "exactly), Flat (always exact), or any FAISS factory string (e.g. HNSW32,Flat)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
     p.add_argument("--encoder-backend", choices=("auto", "numpy", "torch", "torch-bf16", "torch-int8"), default="auto",

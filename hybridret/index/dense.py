@@ -61,7 +61,8 @@ _MATMUL_BLOCK = 1 << 25  # score entries per block (128 MB of float32)
 # they hold at most this many values (~43,000 rows at 384 dimensions): exact, and cheaper than an
 # IVF scan widened by the inverse share of allowed rows
 EXACT_VALUES = 1 << 24
-_RESCORE_QUERIES = 32  # queries re-scored at once (bounds the (queries, candidates, dim) gather)
+EXACT_SHARE = 0.25  # ... and are at most this share of the segment (a few tombstones keep the IVF path)
+_RESCORE_QUERIES = 32  # queries whose candidates are re-scored and sorted at once
 
 
 @functools.lru_cache(maxsize=1)
@@ -251,6 +252,11 @@ class DenseIndex:
         # re-scored exactly per query for a top-10 (dense_auto.tune); None for every other part
         self.nprobe: int | None = _positive(meta, "nprobe", self.root)
         self.candidates: int | None = _positive(meta, "candidates", self.root)
+        if (self.nprobe is None) != (self.candidates is None) or (self.candidates is not None and
+                                                                    self.factory == "Flat"):
+            raise IndexFormatError(f"{self.root}/meta.json: 'nprobe' and 'candidates' go together, on a compressed "
+                                   f"(IVF) part; got nprobe {self.nprobe!r}, candidates {self.candidates!r} for "
+                                   f"factory {self.factory!r}")
         self.vectors = load_npy(self.root / "vectors.npy")
         if self.vectors.shape != (int(meta["num_docs"]), int(meta["dim"])):
             raise IndexFormatError(f"{self.root}: vectors.npy has shape {self.vectors.shape}, meta.json says "
@@ -271,7 +277,9 @@ class DenseIndex:
             if index.ntotal != self.num_docs:
                 raise IndexFormatError(f"{path} holds {index.ntotal} vectors, meta.json says {self.num_docs}")
         self.device = "cpu"
-        if device != "cpu" and gpu_available():
+        # a tuned compressed part stays on the CPU: its search (tuned nprobe, exact re-scoring from the
+        # vectors on disk) is the CPU path's, and RaBitQ fast-scan has no FAISS GPU index
+        if device != "cpu" and self.candidates is None and gpu_available():
             try:
                 self._gpu_res = faiss.StandardGpuResources()
                 gpu = int(str(device).split(":")[1]) if device and str(device).startswith("cuda:") else 0
@@ -282,6 +290,7 @@ class DenseIndex:
         elif device not in (None, "auto", "cpu"):
             raise ConfigError(f"device {device!r} requested but FAISS has no usable GPU")
         self.index = index
+        self.nlist = int(faiss.extract_index_ivf(index).nlist) if self.candidates is not None else 0
         # GPU only: a CPU copy for k above GPU_MAX_K or a filtered search, made on first need (a
         # second copy of the index in memory: not made at open), once, and never changed after
         self._cpu_copy: Once[Any] = Once()
@@ -400,7 +409,7 @@ class DenseIndex:
         import faiss
 
         bits = np.packbits(allowed, bitorder="little")  # FAISS reads it by pointer: keep it alive (below)
-        sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+        sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))  # its size in bytes
         # a filter hides part of what the graph / the probed lists hold: widen the search by the
         # inverse share of allowed rows so that about as many allowed candidates are visited
         share = max(float(np.count_nonzero(allowed)) / max(1, len(allowed)), 1e-6)
@@ -428,14 +437,18 @@ class DenseIndex:
     def depth(self, k: int) -> int:
         """Candidates a tuned compressed segment re-scores for a top-``k``: the tuned depth for a
         top-10, scaled with ``k`` (a top-100 re-scores ten times as many)."""
-        assert self.candidates is not None  # only called for compressed segments
-        return min(self.num_docs, max(k, -(-self.candidates * k // 10)))
+        per_ten = self.candidates or 10
+        return min(self.num_docs, max(k, -(-per_ten * k // 10)))
 
     def exact_search(self, queries: np.ndarray, k: int = 10, *, allowed: np.ndarray | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
         """Exact top-``k`` from the float vectors (on disk), whatever the index type: the reference a
         compressed segment's recall is measured against, and its path for selective filters."""
+        if k < 1:
+            raise ConfigError(f"k must be positive, got {k}")
         q = self._check(queries)
+        if allowed is not None and np.shape(allowed) != (self.num_docs,):
+            raise ConfigError(f"allowed mask has shape {np.shape(allowed)}, expected ({self.num_docs},)")
         rows = None if allowed is None else np.flatnonzero(np.asarray(allowed, dtype=bool))
         got_rows, got_scores = exact_topk(self.vectors, q, max(1, min(k, self.num_docs)), rows=rows,
                                           metric=self.metric)
@@ -448,15 +461,13 @@ class DenseIndex:
         query that the IVF pass leaves short of ``min(k, allowed rows)``."""
         import faiss
 
-        if allowed is not None and n_allowed * self.dim <= EXACT_VALUES:
-            return self.exact_search(q, k, allowed=allowed)
-        assert self.nprobe is not None
-        ivf = faiss.extract_index_ivf(self.index)
         share = 1.0 if allowed is None else max(n_allowed / max(1, self.num_docs), 1e-6)
-        params = faiss.SearchParametersIVF(nprobe=int(min(ivf.nlist, np.ceil(self.nprobe / share))))
+        if allowed is not None and n_allowed * self.dim <= EXACT_VALUES and share <= EXACT_SHARE:
+            return self.exact_search(q, k, allowed=allowed)
+        params = faiss.SearchParametersIVF(nprobe=int(min(self.nlist, np.ceil((self.nprobe or 1) / share))))
         if allowed is not None:
             bits = np.packbits(allowed, bitorder="little")
-            sel = faiss.IDSelectorBitmap(len(allowed), faiss.swig_ptr(bits))
+            sel = faiss.IDSelectorBitmap(len(bits), faiss.swig_ptr(bits))  # its size in bytes
             params.sel = sel
             params._keep = (sel, bits)  # the selector and its bitmap must outlive the call
         depth = self.depth(k)

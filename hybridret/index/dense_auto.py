@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConfigError
+
 __all__ = ["AUTO", "AUTO_MIN_ROWS", "TARGET_RECALL", "Tuning", "compressed_factory", "exact_topk", "is_auto",
            "recall_at", "resolve_factory", "similarity", "tune"]
 
@@ -58,7 +60,7 @@ _CANDIDATES = (40, 60, 100, 150, 200, 300)
 # benchmarks/dense_ann.py
 _COST_CODE = 1.0
 _COST_RESCORE = 40.0
-_BLOCK = 65_536
+_BLOCK_SCORES = 1 << 24  # score entries per block of an exhaustive search (64 MB of float32)
 
 
 def is_auto(factory: str) -> bool:
@@ -79,46 +81,64 @@ def resolve_factory(factory: str, n: int, min_rows: int = AUTO_MIN_ROWS) -> str:
     """The factory a segment of ``n`` vectors is built with: ``factory`` itself unless it is ``"auto"``."""
     if not is_auto(factory):
         return factory
-    return "Flat" if n < min_rows else compressed_factory(n)
+    if n < min_rows:
+        return "Flat"
+    import faiss
+
+    if not hasattr(faiss, "IndexIVFRaBitQFastScan"):
+        raise ConfigError(f"a dense segment of {n:,} vectors is compressed by the size rule (faiss_factory='auto'), "
+                          f"which needs FAISS with RaBitQ fast-scan (faiss-cpu >= 1.15); this FAISS is "
+                          f"{getattr(faiss, '__version__', '?')}: upgrade it, or pass faiss_factory='Flat'")
+    return compressed_factory(n)
 
 
 def similarity(queries: np.ndarray, block: np.ndarray, metric: str = "ip") -> np.ndarray:
-    """Scores of ``queries`` against a block of rows: inner product, or negative squared L2."""
-    s = queries @ block.T
+    """Scores of ``queries`` against a block of rows: inner product, or negative squared L2 computed
+    as a difference (exact: no cancellation for vectors far from the origin)."""
     if metric == "l2":
-        s = 2 * s - (queries * queries).sum(1)[:, None] - (block * block).sum(1)[None, :]
-    return s.astype(np.float32, copy=False)
+        diff = block[None, :, :] - queries[:, None, :]
+        return -np.einsum("qnd,qnd->qn", diff, diff).astype(np.float32, copy=False)
+    return (queries @ block.T).astype(np.float32, copy=False)
+
+
+def _best(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's ``k`` best (score descending, ties by row), ``-1`` / ``-inf`` padded."""
+    nq, m = scores.shape
+    if m > k:
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+        scores, rows = np.take_along_axis(scores, top, 1), np.take_along_axis(rows, top, 1)
+    order = np.lexsort((rows, -scores), axis=1)
+    scores, rows = np.take_along_axis(scores, order, 1), np.take_along_axis(rows, order, 1)
+    if m < k:
+        scores = np.pad(scores, ((0, 0), (0, k - m)), constant_values=-np.inf)
+        rows = np.pad(rows, ((0, 0), (0, k - m)), constant_values=-1)
+    rows = np.where(np.isfinite(scores), rows, -1)
+    return rows, scores
 
 
 def exact_topk(vectors: Any, queries: np.ndarray, k: int, *, exclude: np.ndarray | None = None,
                rows: np.ndarray | None = None, metric: str = "ip") -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` of ``queries`` over ``vectors`` (any array-like of float32 rows, a memory map
-    too; inner product, or negative squared L2 with ``metric="l2"``), read in blocks: ``(nq, k)`` rows
-    and scores, ``-1`` / ``-inf`` padded. ``rows``: only these rows are candidates (sorted row
-    numbers). ``exclude``: per query, one row left out (``-1``: none)."""
+    too; inner product, or negative squared L2 with ``metric="l2"``), read in blocks sized so that a
+    block's scores stay near 64 MB: ``(nq, k)`` rows and scores, best first, ties by row, ``-1`` /
+    ``-inf`` padded. ``rows``: only these rows are candidates (sorted row numbers). ``exclude``: per
+    query, one row left out (``-1``: none)."""
     q = np.ascontiguousarray(queries, dtype=np.float32)
     nq = len(q)
     cand = np.arange(len(vectors), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
-    best_s = np.full((nq, k), -np.inf, dtype=np.float32)
-    best_i = np.full((nq, k), -1, dtype=np.int64)
-    for a in range(0, len(cand), _BLOCK):
-        idx = cand[a:a + _BLOCK]
+    step = max(256, _BLOCK_SCORES // max(1, nq) // (q.shape[1] if metric == "l2" else 1))
+    best_i = np.full((nq, 0), -1, dtype=np.int64)
+    best_s = np.full((nq, 0), -np.inf, dtype=np.float32)
+    for a in range(0, len(cand), step):
+        idx = cand[a:a + step]
         block = np.asarray(vectors[idx[0]:idx[-1] + 1] if rows is None else vectors[idx], dtype=np.float32)
         s = similarity(q, block, metric)
         if exclude is not None:
-            hit = (exclude[:, None] == idx[None, :])
-            s[hit] = -np.inf
-        s_all = np.concatenate([best_s, s], axis=1)
-        i_all = np.concatenate([best_i, np.broadcast_to(idx, s.shape)], axis=1)
-        top = np.argpartition(-s_all, k - 1, axis=1)[:, :k] if s_all.shape[1] > k else \
-            np.broadcast_to(np.arange(s_all.shape[1]), (nq, s_all.shape[1]))
-        best_s = np.take_along_axis(s_all, top, axis=1)
-        best_i = np.take_along_axis(i_all, top, axis=1)
-    order = np.argsort(-best_s, axis=1, kind="stable")
-    best_s = np.take_along_axis(best_s, order, axis=1)
-    best_i = np.take_along_axis(best_i, order, axis=1)
-    best_i[~np.isfinite(best_s)] = -1
-    return best_i, best_s
+            s[exclude[:, None] == idx[None, :]] = -np.inf
+        blk_i, blk_s = _best(s, np.broadcast_to(idx, s.shape), min(k, s.shape[1]))
+        best_i, best_s = _best(np.concatenate([best_s, blk_s], 1), np.concatenate([best_i, blk_i], 1),
+                               min(k, best_s.shape[1] + blk_s.shape[1]))
+    return _best(best_s, best_i, k)
 
 
 def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
@@ -163,8 +183,9 @@ def ann_candidates(index: Any, queries: np.ndarray, depth: int, nprobe: int) -> 
 
 
 def exact_scores(vectors: Any, queries: np.ndarray, rows: np.ndarray, metric: str = "ip") -> np.ndarray:
-    """Exact inner products of each query with its candidate ``rows`` (``(nq, c)``, ``-1`` padded:
-    ``-inf``), reading each query's rows from ``vectors`` in row order (a memory map reads forward)."""
+    """Exact scores (inner product, or negative squared L2) of each query with its candidate ``rows``
+    (``(nq, c)``, ``-1`` padded: ``-inf``), reading each query's rows from ``vectors`` in row order
+    (a memory map reads forward)."""
     out = np.full(rows.shape, -np.inf, dtype=np.float32)
     for i in range(len(rows)):
         ok = np.flatnonzero(rows[i] >= 0)

@@ -138,7 +138,8 @@ def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, A
         factory = str(settings.get("faiss_factory", "auto"))
         opts: dict[str, Any] = {"factory": factory, "metric": str(settings.get("faiss_metric", "ip"))}
         if is_auto(factory):
-            opts["min_rows"] = int(settings.get("faiss_auto_min_rows") or AUTO_MIN_ROWS)
+            rows = settings.get("faiss_auto_min_rows")
+            opts["min_rows"] = int(AUTO_MIN_ROWS if rows is None else rows)  # 0 is a value: compress every size
         parts["dense"] = PartSpec(DENSE_V1, "dense", opts)
     if "sparse" in reps:
         scheme = str(settings.get("sparse_scheme", "impact"))
