@@ -491,7 +491,10 @@ def main(argv: list[str] | None = None) -> int:
             res["ratios"] = ratios(res)
             results.append(res)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if args.keep:
+            print(f"kept the corpora, indexes and queries in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     extra = extrapolate(results, args.smoke)
     print_report(results, extra)
     plotted = plot(results, extra, plot_path)

@@ -57,8 +57,10 @@ def test_each_class_has_the_search_signature(cls):
     assert shared == SEARCH, cls
     for extra in params[len(SEARCH) + 1:]:  # partial=, with_text=: optional keywords only
         assert extra.kind == inspect.Parameter.KEYWORD_ONLY and extra.default is not inspect.Parameter.empty, extra
-    get = list(inspect.signature(cls.get).parameters)
-    assert get == ["self", "ids"], cls
+    get = list(inspect.signature(cls.get).parameters.values())
+    assert [p.name for p in get[:2]] == ["self", "ids"], cls
+    for extra in get[2:]:  # chunks=: optional keywords only, as for search
+        assert extra.kind == inspect.Parameter.KEYWORD_ONLY and extra.default is not inspect.Parameter.empty, extra
 
 
 def test_the_protocol_itself_has_that_signature():
