@@ -83,6 +83,12 @@ def retriever(tmp_path_factory, paired_encoder, small_corpus):
     return r
 
 
+def calibration_methods() -> tuple[str, ...]:
+    from hybridret.calibrate import calibration_methods as methods
+
+    return methods()
+
+
 def cli_choices() -> dict[str, tuple[str, ...]]:
     """The --method choices of every subcommand that has one, from a parser built now."""
     from hybridret.cli import build_parser
@@ -125,7 +131,9 @@ def test_cli_api_and_searcher_accept_the_same_methods(retriever):
     names = method_names(REGISTRY)
     choices = cli_choices()
     assert set(choices) == {"search", "eval", "mine-negatives", "calibrate"}
-    assert all(c == names for c in choices.values())
+    assert all(c == names for cmd, c in choices.items() if cmd != "calibrate")
+    assert choices["calibrate"] == calibration_methods()  # the methods with relevance features: a subset
+    assert set(calibration_methods()) < set(names)
     info, enum = api_methods(create_app(retriever))
     assert tuple(info) == tuple(enum) == names
     for m in names:
@@ -144,7 +152,8 @@ def test_a_registered_retriever_is_a_method_everywhere(title_words, retriever):
 
     names = method_names(REGISTRY)
     assert names == (*BUILTIN[:5], "title_words", *FUSION_METHODS)
-    assert all(c == names for c in cli_choices().values())  # a parser built after the registration
+    assert all(c == names for cmd, c in cli_choices().items()  # a parser built after the registration
+               if cmd != "calibrate")  # calibrate offers only methods with relevance features
     info, enum = api_methods(create_app(retriever))
     assert tuple(info) == tuple(enum) == names
     assert check_method("title_words", REGISTRY) == "title_words"

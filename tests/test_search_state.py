@@ -419,7 +419,8 @@ def test_bm25_statistics_on_the_old_and_the_new_snapshot_at_once(tmp_path):
 
 def test_bm25_tf_factors_under_outside_statistics(tmp_path):
     """A coordinator's statistics (another avgdl per shard commit) score as a fresh snapshot does;
-    each segment of a snapshot keeps the latest two avgdl's tf factors, nothing on the store."""
+    each v1 segment of a snapshot keeps the latest two avgdl's tf factors, nothing on the store (a v2
+    segment needs none)."""
     from hybridret.retrievers.bm25 import BM25Stats
 
     docs = _docs(300, seed=6)
@@ -436,6 +437,13 @@ def test_bm25_tf_factors_under_outside_statistics(tmp_path):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
     for i in range(2):
+        if snap.segments[i].part("bm25").impacts is not None:
+            # a v2 store (the default) searches its u8 impacts and re-scores from tf: no float64
+            # tf factors are made for it, under any statistics
+            made: list[int] = []
+            snap.cache.get(("bm25.tf", "bm25", i), lambda: made.append(1))
+            assert made == [1]  # nothing was kept under that key before this call
+            continue
         slot = snap.cache.get(("bm25.tf", "bm25", i), lambda: pytest.fail("no tf factors kept"))
         assert len(slot._by_avgdl) == 2 and outside[-1].avgdl in slot._by_avgdl
 

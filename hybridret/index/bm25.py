@@ -232,8 +232,9 @@ class BM25StoreBuilder:
         if self.impacts:
             from .bm25_impacts import write_impacts
 
-            meta.update(write_impacts(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths),
-                                      total / max(1, len(lengths))), format=FORMAT_V2)
+            avgdl0 = total / max(1, len(lengths))
+            meta.update(write_impacts(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths), avgdl0,
+                                      norm_table(avgdl0)), format=FORMAT_V2)
         atomic_write_json(self.root / "meta.json", meta)
 
     def abort(self) -> None:
@@ -269,12 +270,11 @@ class BM25Store:
         np.cumsum((self.df + BLOCK - 1) // BLOCK, out=self.block_ptr[1:])
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
-        from .bm25_impacts import Impacts, Scratch
+        from .bm25_impacts import Impacts
 
         # v2: the quantized impacts the pruned top-k of numba searches with
         self.impacts = Impacts.open(self.root, meta, len(self.docs), len(self.df)) if meta["format"] == FORMAT_V2 \
             else None
-        self._impact_scratch = Scratch()
         self.total_len = int(self.lengths.astype(np.int64).sum())
         self.own_avgdl = self.total_len / max(1, self.num_docs)  # the segment's own statistics (tombstones in)
         from ._tantivy import bm25_analyzer
@@ -283,7 +283,8 @@ class BM25Store:
         # made once on first use, never changed: the tf factors under the segment's own statistics
         # (what SparseIndex.search_bm25 and a lone segment without tombstones score with)
         self._own_fac: Once[TfFactors] = Once()
-        # one score buffer pair per thread (see search): thread-local, so never shared or raced
+        # one score buffer pair per thread (see search; and the v2 impacts' accumulator window):
+        # thread-local, so never shared or raced
         self._scratch = threading.local()
 
     # -- statistics -------------------------------------------------------------------------------
@@ -470,11 +471,13 @@ class BM25Store:
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         nq = len(ptr) - 1
         kern = _numba("impacts")
+        norm = norm_table(avgdl)
         workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
 
         def block(a: int, b: int) -> None:
-            search_impacts(self, self._impact_scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
-                           weights[ptr[a]:ptr[b]], avgdl, k, mask, rows[a:b], scores[a:b], np.zeros(3, np.int64))
+            search_impacts(self, self._scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
+                           weights[ptr[a]:ptr[b]], avgdl, norm, k, mask, rows[a:b], scores[a:b],
+                           np.zeros(3, np.int64))
 
         if workers == 1:
             block(0, nq)

@@ -57,11 +57,9 @@ def drift(avgdl: float, avgdl0: float) -> tuple[float, float]:
 
 
 def write_impacts(root: Path, indptr: np.ndarray, docs: np.ndarray, tfs: np.ndarray, fn: np.ndarray,
-                  avgdl0: float) -> dict[str, Any]:
-    """Write the impact files of a store's postings into ``root``; returns the keys for meta.json."""
-    from .bm25 import norm_table
-
-    norm = norm_table(avgdl0)
+                  avgdl0: float, norm: np.ndarray) -> dict[str, Any]:
+    """Write the impact files of a store's postings into ``root``; returns the keys for meta.json.
+    ``norm``: the length normalisation per fieldnorm id under ``avgdl0`` (``bm25.norm_table``)."""
     imp = np.empty(len(docs), dtype=np.uint8)
     for lo in range(0, len(docs), _CHUNK):
         hi = min(len(docs), lo + _CHUNK)
@@ -109,26 +107,21 @@ class Impacts:
         return int(self.imp.nbytes + self.tmax.nbytes + self.kth.nbytes)
 
 
-class Scratch(threading.local):
-    """One accumulator window per thread and store (never shared, so never raced)."""
-
-    bufs: tuple[np.ndarray, np.ndarray] | None = None
-
-
-def search_impacts(store: Any, scratch: Scratch, kern: Any, ptr: np.ndarray, terms: np.ndarray, weights: np.ndarray,
-                   avgdl: float, k: int, mask: np.ndarray, rows: np.ndarray, scores: np.ndarray,
-                   work: np.ndarray) -> None:
-    """Queries ``ptr``/``terms``/``weights`` (part of a batch) through :func:`topk_impacts`."""
-    from .bm25 import norm_table
+def search_impacts(store: Any, scratch: threading.local, kern: Any, ptr: np.ndarray, terms: np.ndarray, weights: np.ndarray,
+                   avgdl: float, norm: np.ndarray, k: int, mask: np.ndarray, rows: np.ndarray,
+                   scores: np.ndarray, work: np.ndarray) -> None:
+    """Queries ``ptr``/``terms``/``weights`` (part of a batch) through :func:`topk_impacts`;
+    ``scratch``: the store's thread-local, holding this thread's accumulator window (``impact_bufs``);
+    ``norm``: the length normalisation under the live ``avgdl`` (``bm25.norm_table``)."""
 
     imps: Impacts = store.impacts
-    bufs = scratch.bufs
-    scratch.bufs = None  # taken (and dropped if the kernel fails half-way: acc must be zero)
+    bufs = getattr(scratch, "impact_bufs", None)
+    scratch.impact_bufs = None  # taken (and dropped if the kernel fails half-way: acc must be zero)
     shift = WINDOW_SHIFT  # read per call (tests set smaller windows)
     if bufs is None or len(bufs[0]) != 1 << shift:
         bufs = (np.zeros(1 << shift, np.float32), np.empty(1 << shift, np.int32))
     rmin, rmax = drift(avgdl, imps.avgdl0)
     kth = imps.kth if k <= KTH and not len(mask) else np.zeros(0, np.uint8)  # a mask may hide those rows
-    kern(ptr, terms, weights, store.indptr, store.docs, store.tfs, store.fn, norm_table(avgdl), imps.imp, imps.tmax,
+    kern(ptr, terms, weights, store.indptr, store.docs, store.tfs, store.fn, norm, imps.imp, imps.tmax,
          kth, rmin, rmax, shift, GAMMA, bufs[0], bufs[1], mask, k, rows, scores, work)
-    scratch.bufs = bufs
+    scratch.impact_bufs = bufs
