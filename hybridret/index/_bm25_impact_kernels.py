@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._bm25_kernels import _gallop
+from ._bm25_kernels import _find, _gallop
 from ._heap import drain as _drain
 from ._heap import jit as _jit
 from ._heap import push as _push
@@ -27,18 +27,6 @@ __all__ = ["score_tf", "topk_impacts"]
 
 WALK = 16  # walk a non-essential term's window rather than gallop when candidates * WALK exceed its postings
 SLACK = 1e-9  # relative slack of lower and upper bounds (float rounding of the bounds themselves)
-
-
-@_jit
-def _find(docs, lo, hi, d):  # pragma: no cover
-    """First position in ``[lo, hi)`` whose row is >= ``d`` (``hi`` if none)."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if docs[mid] < d:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
 
 
 @_jit

@@ -86,6 +86,18 @@ def idf(df: np.ndarray | float, n: float) -> np.ndarray:
     return np.log1p((n - df + 0.5) / (df + 0.5))
 
 
+def _in_blocks(nq: int, workers: int, block: Any) -> None:
+    """``block(a, b)`` over ``nq`` queries: at once, or cut into ``workers`` slices run on a thread pool."""
+    if workers == 1:
+        block(0, nq)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuts = np.linspace(0, nq, workers + 1).astype(int)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
+
+
 def norm_table(avgdl: float) -> np.ndarray:
     """``k1 (1 - b + b dl / avgdl)`` for each of the 256 fieldnorm ids."""
     avgdl = float(avgdl) if avgdl > 0 else 1.0
@@ -451,14 +463,7 @@ class BM25Store:
                  fac.fac, *bounds, buf[0], buf[1], mask, k, rows[a:b], scores[a:b], *work)
             local.buf = buf
 
-        if workers == 1:
-            block(0, nq)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            cuts = np.linspace(0, nq, workers + 1).astype(int)
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
+        _in_blocks(nq, workers, block)
         return rows, scores.astype(np.float32)
 
     def _search_impacts(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
@@ -479,14 +484,7 @@ class BM25Store:
                            weights[ptr[a]:ptr[b]], avgdl, norm, k, mask, rows[a:b], scores[a:b],
                            np.zeros(3, np.int64))
 
-        if workers == 1:
-            block(0, nq)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-
-            cuts = np.linspace(0, nq, workers + 1).astype(int)
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
+        _in_blocks(nq, workers, block)
         return rows, scores.astype(np.float32)
 
 
