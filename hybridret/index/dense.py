@@ -40,7 +40,7 @@ import numpy as np
 
 from ..errors import ConfigError, IndexFormatError
 from ._once import Once
-from .dense_auto import AUTO_MIN_ROWS, exact_scores, exact_topk, is_auto, resolve_factory, tune
+from .dense_auto import AUTO_MIN_ROWS, best_of, exact_scores, exact_topk, is_auto, resolve_factory, tune
 from .storage import NpyAppender, atomic_write_json, load_npy, read_json
 
 __all__ = ["DenseIndex", "DenseIndexBuilder", "faiss_threads", "gpu_available"]
@@ -479,11 +479,7 @@ class DenseIndex:
         for a in range(0, len(q), _RESCORE_QUERIES):
             c = cand[a:a + _RESCORE_QUERIES]
             s = exact_scores(self.vectors, q[a:a + _RESCORE_QUERIES], c, self.metric)
-            top = np.argsort(-s, axis=1, kind="stable")[:, :k]
-            got_s = np.take_along_axis(s, top, axis=1)
-            got_r = np.where(np.isfinite(got_s), np.take_along_axis(c, top, axis=1), -1)
-            rows[a:a + len(c), :got_r.shape[1]] = got_r
-            scores[a:a + len(c), :got_s.shape[1]] = got_s
+            rows[a:a + len(c)], scores[a:a + len(c)] = best_of(s, c, k)  # by exact score, ties by row
         short = np.flatnonzero((rows >= 0).sum(axis=1) < min(k, n_allowed))
         if len(short):  # the probed lists held too few (allowed) rows: never a silently shorter list
             rows[short], scores[short] = self.exact_search(q[short], k, allowed=allowed)

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["AUTO", "AUTO_MIN_ROWS", "TARGET_RECALL", "Tuning", "compressed_factory", "exact_topk", "is_auto",
+__all__ = ["AUTO", "AUTO_MIN_ROWS", "TARGET_RECALL", "Tuning", "best_of", "compressed_factory", "exact_topk", "is_auto",
            "recall_at", "resolve_factory", "similarity", "tune"]
 
 logger = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ def similarity(queries: np.ndarray, block: np.ndarray, metric: str = "ip") -> np
     return (queries @ block.T).astype(np.float32, copy=False)
 
 
-def _best(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def best_of(scores: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Each query's ``k`` best (score descending, ties by row), ``-1`` / ``-inf`` padded."""
     nq, m = scores.shape
     if m > k:
@@ -135,10 +135,10 @@ def exact_topk(vectors: Any, queries: np.ndarray, k: int, *, exclude: np.ndarray
         s = similarity(q, block, metric)
         if exclude is not None:
             s[exclude[:, None] == idx[None, :]] = -np.inf
-        blk_i, blk_s = _best(s, np.broadcast_to(idx, s.shape), min(k, s.shape[1]))
-        best_i, best_s = _best(np.concatenate([best_s, blk_s], 1), np.concatenate([best_i, blk_i], 1),
+        blk_i, blk_s = best_of(s, np.broadcast_to(idx, s.shape), min(k, s.shape[1]))
+        best_i, best_s = best_of(np.concatenate([best_s, blk_s], 1), np.concatenate([best_i, blk_i], 1),
                                min(k, best_s.shape[1] + blk_s.shape[1]))
-    return _best(best_s, best_i, k)
+    return best_of(best_s, best_i, k)
 
 
 def recall_at(found: np.ndarray, truth: np.ndarray) -> float:
