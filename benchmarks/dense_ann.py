@@ -31,7 +31,6 @@ for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_
     os.environ.setdefault(_v, "1")
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import logging  # noqa: E402
 import shutil  # noqa: E402
 import sys  # noqa: E402

@@ -3,9 +3,7 @@ its metadata, and a bad row is named by its file, row group and row."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,24 +18,11 @@ from hybridret.distributed.build import build_sharded  # noqa: E402
 from hybridret.distributed.layout import shard_name  # noqa: E402
 from hybridret.errors import CorpusFormatError  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_ray import ray_cluster  # noqa: E402,F401 - the one local Ray cluster fixture
+
 TOPICS = ["river bank loan", "orchestra concert piano", "virus fever hospital", "rocket orbit moon",
           "coffee tea market", "volcano lava island", "winter snow storm", "honey bee garden"]
-
-
-@pytest.fixture(scope="module")
-def ray_cluster():
-    os.environ["RAY_AUTH_MODE"] = "disabled"
-    token = Path.home() / ".ray" / "auth_token"
-    had_token, had_folder = token.exists(), token.parent.exists()
-    state = tempfile.mkdtemp(prefix="ray-")
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=state, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-    shutil.rmtree(state, ignore_errors=True)
-    if not had_token:
-        token.unlink(missing_ok=True)
-    if not had_folder and token.parent.exists() and not any(token.parent.iterdir()):
-        token.parent.rmdir()
 
 
 def test_ray_build_reads_parquet_through_ray_data(ray_cluster, paired_encoder, tmp_path, monkeypatch):
