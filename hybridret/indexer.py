@@ -975,7 +975,8 @@ def _verify_before_rewrite(snap: Snapshot, chosen: list[int]) -> None:
                                    "as valid (restore the segment from a copy, or rebuild the index)")
 
 
-_SUMMED = frozenset({"num_docs", "nnz", "total_len", "num_postings"})  # counts that add up across segments
+_SUMMED = frozenset({"num_docs", "nnz", "total_len", "num_postings", "sparse_postings", "dense_runs"})  # counts that add up
+_PER_POSTING = "bytes_per_posting"  # fields that start so are per-posting figures: weighted by each segment's nnz
 _LARGEST = frozenset({"max_weight", "max_len"})
 
 
@@ -993,6 +994,9 @@ def components_across(metas: list[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = sum(values)
         elif key in _LARGEST and numbers:
             out[key] = max(values)
+        elif key.startswith(_PER_POSTING) and numbers and all(isinstance(m.get("nnz"), int) for m in metas):
+            total = sum(int(m["nnz"]) for m in metas)
+            out[key] = round(sum(v * int(m["nnz"]) for v, m in zip(values, metas)) / max(1, total), 3)
         elif all(v == values[0] for v in values):
             out[key] = values[0]
         else:

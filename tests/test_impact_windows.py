@@ -188,7 +188,7 @@ def test_damaged_part_is_detected(tmp_path):
 
 
 # -- a living index (the living-index tests of test_impact_index.py run on this part: it is the default) --
-def test_a_format_3_index_on_the_v1_part_compacts_into_v2(paired_encoder, small_corpus, tmp_path, monkeypatch):
+def test_a_format_3_index_on_the_v1_part_compacts_into_v2(paired_encoder, small_corpus, tmp_path, monkeypatch, capsys):
     docs = _docs(small_corpus)
     with monkeypatch.context() as m:  # the default before issue #30
         m.setattr(formats, "IMPACT_V2", formats.IMPACT_V1)
@@ -210,3 +210,10 @@ def test_a_format_3_index_on_the_v1_part_compacts_into_v2(paired_encoder, small_
     after = r.search(texts, k=10, method="sparse")
     assert after.ids.tolist() == before.ids.tolist()
     np.testing.assert_allclose(after.scores, before.scores, rtol=1e-6)
+    from hybridret.cli import main
+
+    assert main(["info", str(tmp_path / "idx"), "--json"]) == 0
+    sparse = json.loads(capsys.readouterr().out)["components"]["sparse"]
+    assert sparse["format"] == "hybridret-impact-v2"
+    # stated for every part; a segment this small is mostly its run directory (12 bytes per vocabulary term)
+    assert 0 < sparse["bytes_per_posting_resident"] and 0 < sparse["bytes_per_posting_disk"]

@@ -126,10 +126,14 @@ class WindowImpactIndexBuilder(ForwardStoreBuilder):
         np.save(self.root / "terms.max.npy", tmax)
         np.save(self.root / "runs.ptr.npy", ptr)
         np.save(self.root / "runs.dense.npy", dense_id)
+        resident = 3 * m + ndense * W + ptr.nbytes + dense_id.nbytes + tmax.nbytes
+        disk = sum(f.stat().st_size for f in self.root.iterdir() if f.is_file())
+        nnz = max(1, self.nnz)
         atomic_write_json(self.root / "meta.json", {
             "format": FORMAT, "num_docs": n, "nnz": self.nnz, "vocab_size": V, "window_shift": SHIFT,
             "sparse_postings": m, "dense_runs": ndense, "dense_share": DENSE_SHARE, "impact_bits": 8,
-            "max_weight": self.seen_max})
+            "max_weight": self.seen_max, "bytes_per_posting_resident": round(resident / nnz, 3),
+            "bytes_per_posting_disk": round(disk / nnz, 3)})
 
     def abort(self) -> None:
         super().abort()
