@@ -70,23 +70,6 @@ def fill_runs(fptr, fidx, fdat, row0, inv, V, shift, pos, dense_id, offs, imps, 
 
 
 @_jit
-def run_max(ptr, dense_id, imps, dense, W, out):  # pragma: no cover - compiled
-    """The largest impact of every run."""
-    for key in range(out.shape[0]):
-        m = 0
-        di = dense_id[key]
-        if di >= 0:
-            for i in range(di * W, di * W + W):
-                if dense[i] > m:
-                    m = dense[i]
-        else:
-            for p in range(ptr[key], ptr[key + 1]):
-                if imps[p] > m:
-                    m = imps[p]
-        out[key] = m
-
-
-@_jit
 def _sparse_run(acc, offs, imps, s0, s1, x):  # pragma: no cover - compiled
     # slices first: indexes known to be non-negative let LLVM drop the wraparound checks
     o = offs[s0:s1]
