@@ -45,7 +45,7 @@ logger = logging.getLogger(__name__)
 
 GROUPED_OPS = ("add", "upsert", "delete")
 #: texts encoded between two looks at ``cancel``
-ENCODE_SLICE = 32
+ENCODE_SLICE = 16
 
 
 @dataclass

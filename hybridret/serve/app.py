@@ -803,12 +803,23 @@ def serve(index: str | Path | SearchBackend, *, host: str = "127.0.0.1", port: i
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets: Any = None) -> None:
-            service.queue.begin_shutdown()  # new writes: 503; those queued and running go on, for a while
-            timer = asyncio.get_running_loop().call_later(config.shutdown_timeout / 2, service.queue.stop)
-            try:
-                await super().shutdown(sockets)
-            finally:
-                timer.cancel()
+            """Stop accepting; writes get half the timeout to commit, then the running one stops before its
+            commit and the queued ones are refused (503); then uvicorn's own shutdown, in the time left."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + config.shutdown_timeout
+            for listener in self.servers:
+                listener.close()
+            queue = service.queue
+            queue.begin_shutdown()  # new writes: 503
+            while queue.busy() and loop.time() < deadline - config.shutdown_timeout / 2:
+                await asyncio.sleep(0.05)
+            if queue.busy():
+                logger.info("shutting down: stopping the writes still running or queued (nothing of them is committed)")
+                queue.stop()
+                while queue.busy() and loop.time() < deadline - 0.5:
+                    await asyncio.sleep(0.05)
+            self.config.timeout_graceful_shutdown = max(1, round(deadline - loop.time()))
+            await super().shutdown(sockets)
 
     server = Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
                                    timeout_graceful_shutdown=max(1, round(config.shutdown_timeout)), lifespan="on"))
