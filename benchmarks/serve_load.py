@@ -201,6 +201,7 @@ def main() -> int:
     ap.add_argument("--mix", default="search=0.7,add=0.15,upsert=0.1,delete=0.05",
                     help="writes: the share of each request kind (default: search=0.7,add=0.15,upsert=0.1,delete=0.05)")
     ap.add_argument("--docs", type=int, default=None, help="index only the first DOCS sample passages")
+    ap.add_argument("--repeats", type=int, default=1, help="writes: run every mode this many times (median, spread)")
     ap.add_argument("--smoke", action="store_true", help="writes: 4 clients, 4 s, 30 passages, group commit on (CI)")
     args = ap.parse_args()
     if args.scenario == "writes" or args.smoke:
@@ -296,8 +297,8 @@ def main_writes(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
         else:
             base.parent.mkdir(parents=True, exist_ok=True)
             build_index(base, args.docs)
-        for mode in args.modes:
-            copy = work / f"idx-{mode}"
+        for run, mode in [(r, m) for r in range(args.repeats) for m in args.modes]:
+            copy = work / f"idx-{mode}-{run}"
             shutil.copytree(base, copy)
             server = Server(copy, mode, args.window_ms, args.max_batch)
             server.wait()
@@ -319,29 +320,48 @@ def main_writes(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
             segments = len(httpx.get(f"{server.url}/info").json()["segments"])
             t0 = time.perf_counter()
             rc = server.stop()
-            report["modes"][mode] = {"levels": levels, **checked, "unknown_outcome": len(unknown),
-                                     "segments_at_end": segments, "server_exit": rc,
-                                     "shutdown_s": round(time.perf_counter() - t0, 2)}
+            report["modes"].setdefault(mode, {"runs": []})["runs"].append(
+                {"levels": levels, **checked, "unknown_outcome": len(unknown), "segments_at_end": segments,
+                 "server_exit": rc, "shutdown_s": round(time.perf_counter() - t0, 2)})
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    for res in report["modes"].values():  # per level: the median of the runs, and their range
+        res["median"] = []
+        for i, first in enumerate(res["runs"][0]["levels"]):
+            lv = [r["levels"][i] for r in res["runs"]]
+            out: dict[str, Any] = {"clients": first["clients"], "think_ms": first["think_ms"]}
+            for key, get in (("requests_per_s", lambda x: x["requests_per_s"]),
+                             ("search_p50", lambda x: x["search_ms"]["p50"]), ("search_p95", lambda x: x["search_ms"]["p95"]),
+                             ("write_p50", lambda x: x["write_ms"]["p50"]), ("write_p95", lambda x: x["write_ms"]["p95"]),
+                             ("writes_per_call", lambda x: x["writes_per_call"])):
+                vals = [get(x) for x in lv if get(x) is not None]
+                out[key] = {"median": float(np.median(vals)), "min": min(vals), "max": max(vals)} if vals else None
+            out["errors"] = sum(x["errors"] for x in lv)
+            res["median"].append(out)
+        res["lost"] = sum(len(r["lost"]) for r in res["runs"])
+        res["deleted_came_back"] = sum(len(r["deleted_came_back"]) for r in res["runs"])
+        res["acknowledged_ids"] = sum(r["acknowledged_ids"] for r in res["runs"])
+        res["server_exits"] = [r["server_exit"] for r in res["runs"]]
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2) + "\n")
     head = (f"{'group':>7} {'clients':>7} {'think':>6} {'req/s':>6} {'search p50':>10} {'p95':>7} {'write p50':>9} "
             f"{'p95':>7} {'writes/commit':>13} {'errors':>6}")
     print(head)
     print("-" * len(head))
+    def m(v: dict[str, Any] | None) -> float:
+        return v["median"] if v else 0.0
+
     for mode, res in report["modes"].items():
-        for lv in res["levels"]:
-            s, w = lv["search_ms"], lv["write_ms"]
-            print(f"{mode:>7} {lv['clients']:>7} {lv['think_ms']:>6g} {lv['requests_per_s']:>6.1f} "
-                  f"{s['p50'] or 0:>10.1f} {s['p95'] or 0:>7.1f} {w['p50'] or 0:>9.1f} {w['p95'] or 0:>7.1f} "
-                  f"{lv['writes_per_call'] or 0:>13.2f} {lv['errors']:>6}")
-        print(f"{mode:>7} acknowledged ids: {res['acknowledged_ids']} ({res['live']} live, {res['deleted']} deleted); "
-              f"lost: {len(res['lost'])}, deleted but back: {len(res['deleted_came_back'])}; server exit "
-              f"{res['server_exit']} after {res['shutdown_s']} s")
-    print(f"(latencies in ms; {args.seconds:g} s per level; load average before {load[0]:.2f}; written to {output})")
-    bad = any(lv["errors"] for r in report["modes"].values() for lv in r["levels"]) or \
-        any(r["lost"] or r["deleted_came_back"] or r["server_exit"] != 0 for r in report["modes"].values())
+        for lv in res["median"]:
+            print(f"{mode:>7} {lv['clients']:>7} {lv['think_ms']:>6g} {m(lv['requests_per_s']):>6.1f} "
+                  f"{m(lv['search_p50']):>10.1f} {m(lv['search_p95']):>7.1f} {m(lv['write_p50']):>9.1f} "
+                  f"{m(lv['write_p95']):>7.1f} {m(lv['writes_per_call']):>13.2f} {lv['errors']:>6}")
+        print(f"{mode:>7} acknowledged ids: {res['acknowledged_ids']}; lost: {res['lost']}, deleted but back: "
+              f"{res['deleted_came_back']}; server exits {res['server_exits']}")
+    print(f"(medians of {args.repeats} run(s); latencies in ms; {args.seconds:g} s per level; load average before "
+          f"{load[0]:.2f}; written to {output})")
+    bad = any(lv["errors"] for r in report["modes"].values() for lv in r["median"]) or \
+        any(r["lost"] or r["deleted_came_back"] or any(report["modes"][k]["server_exits"]) for k, r in report["modes"].items())
     return 1 if bad else 0
 
 

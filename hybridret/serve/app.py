@@ -502,7 +502,8 @@ class Service:
         self.writes = 0
         group = getattr(backend, "write_group", None)
         self.queue = WriteQueue(self._write_one, group if callable(group) else None, enabled=config.group_commit,
-                                max_group=config.max_group, max_group_rows=config.max_group_rows)
+                                max_group=config.max_group, max_group_rows=config.max_group_rows,
+                                housekeeping=getattr(backend, "housekeeping", None))
         self._work: WorkCounter | None = None
 
     @property

@@ -107,9 +107,13 @@ class LocalBackend:
     def write_group(self, requests: list[Any], cancel: threading.Event | None = None) -> list[Any]:
         """Adds, upserts and deletes by id in one commit (:meth:`HybridRetriever.write_group`): per
         request its result (as :meth:`write` gives it) or the exception that refused it."""
-        outcomes = self.retriever.write_group(requests, cancel=cancel)
+        outcomes = self.retriever.write_group(requests, cancel=cancel, merge=False)
         num_docs = self.searcher.num_docs
         return [o if isinstance(o, BaseException) else {**o.to_dict(), "num_docs": num_docs} for o in outcomes]
+
+    def housekeeping(self) -> None:
+        """After a group's answers were sent: merge small segments (see :meth:`HybridRetriever.merge_small`)."""
+        self.retriever.merge_small()
 
     def health(self) -> dict[str, Any]:
         from ..index.parents import document_counts

@@ -12,7 +12,7 @@ of the group being formed, and every other kind of write (delete by filter, dry 
 compact), waits for the next commit and runs alone, so each request sees every earlier one.
 
 Acknowledgement is unchanged: a request is answered only once the commit holding it is durable and
-the searcher serves it. A request refused on its own (a bad document, an id that exists, an unknown id
+the searcher serves it (the merge of small segments that follows a commit runs after the answers). A request refused on its own (a bad document, an id that exists, an unknown id
 to delete) gets its own error, and the rest of its group is committed; when the group's encoding or
 commit fails, every request of the group gets that error and none of it is committed.
 
@@ -86,9 +86,10 @@ class WriteQueue:
     """One queue, one writer thread; groups of writes when ``enabled`` and ``run_group`` is given."""
 
     def __init__(self, run_one: RunOne, run_group: RunGroup | None, *, enabled: bool = True, max_group: int = 256,
-                 max_group_rows: int = 4096) -> None:
+                 max_group_rows: int = 4096, housekeeping: Callable[[], None] | None = None) -> None:
         self.run_one = run_one
         self.run_group = run_group
+        self.housekeeping = housekeeping  # after a group's answers: e.g. merging small segments
         self.enabled = enabled and run_group is not None
         self.max_group = max_group
         self.max_group_rows = max_group_rows
@@ -147,8 +148,17 @@ class WriteQueue:
         loop = asyncio.get_running_loop()
 
         def work() -> None:
-            outcomes = self._execute(group)
-            loop.call_soon_threadsafe(self._finish, group, outcomes)
+            try:
+                outcomes = self._execute(group)
+                loop.call_soon_threadsafe(self._settle, group, outcomes)  # answered: the commit is durable
+                if self.housekeeping is not None and self.enabled and group[0].request is not None \
+                        and not self.cancel.is_set():
+                    try:
+                        self.housekeeping()
+                    except Exception:
+                        logger.warning("housekeeping after a group commit failed", exc_info=True)
+            finally:
+                loop.call_soon_threadsafe(self._done)
 
         self._running = threading.Thread(target=work, name="hybridret-writer", daemon=True)
         self._running.start()
@@ -165,8 +175,11 @@ class WriteQueue:
         self.stats.record(len(group))
         return outcomes
 
-    def _finish(self, group: list[_Write], outcomes: list[Any]) -> None:
+    def _done(self) -> None:
         self._running = None
+        self._pump()
+
+    def _settle(self, group: list[_Write], outcomes: list[Any]) -> None:
         for w, out in zip(group, outcomes):
             if w.future.done():
                 continue
@@ -174,7 +187,6 @@ class WriteQueue:
                 w.future.set_exception(out)
             else:
                 w.future.set_result(out)
-        self._pump()
 
     # -- shutdown --
     def begin_shutdown(self) -> None:
