@@ -787,7 +787,7 @@ def serve(index: str | Path | SearchBackend, *, host: str = "127.0.0.1", port: i
     no new connections or writes, lets in-flight requests finish (writes: for half of
     ``config.shutdown_timeout``, then a write still encoding stops before its commit and its clients
     get 503), and returns within about ``shutdown_timeout`` seconds; on SIGTERM it returns normally
-    (``hybridret serve`` exits 0), on SIGINT it raises :class:`KeyboardInterrupt` (exit 130)."""
+    (``hybridret serve`` exits 0); after SIGINT, uvicorn raises the interrupt again once the same shutdown is done."""
     import uvicorn
 
     config = config or ServeConfig()
