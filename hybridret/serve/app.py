@@ -133,14 +133,20 @@ class ServeConfig:
     shutdown_timeout: float = 10.0  # seconds from SIGTERM to exit: writes get half of it to commit
 
     def __post_init__(self) -> None:
+        flags = {"max_batch": "--max-batch", "max_request_chunks": "--max-request-chunks",
+                 "max_request_tokens": "--max-request-tokens", "max_body_bytes": "--max-body-mb",
+                 "shutdown_timeout": "--shutdown-timeout"}
+
+        def named(name: str) -> str:
+            return f"server setting {name}" + (f" (hybridret serve {flags[name]})" if name in flags else "")
+
         for name in ("max_batch", "max_group", "max_group_rows", "max_request_chunks", "max_request_tokens",
                      "max_body_bytes", "search_threads"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"server setting {name} must be a positive integer, got {value!r}")
+                raise ConfigError(f"{named(name)} must be a positive integer, got {value!r}")
         if not (isinstance(self.shutdown_timeout, (int, float)) and 0 < self.shutdown_timeout <= 3600):
-            raise ConfigError(f"server setting shutdown_timeout must be in (0, 3600] seconds, got "
-                              f"{self.shutdown_timeout!r}")
+            raise ConfigError(f"{named('shutdown_timeout')} must be in (0, 3600] seconds, got {self.shutdown_timeout!r}")
 
 
 # -- request / response models ---------------------------------------------------------------------
