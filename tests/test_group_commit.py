@@ -139,3 +139,25 @@ def test_group_commit_off_commits_each_write_alone(retriever):
         assert [r.status_code for r in asyncio.run(burst(url))] == [200] * 6
         info = httpx.get(f"{url}/info").json()["writes_grouped"]
         assert info["group_commit"] is False and info["write_calls"] == info["requests"] == 6
+
+
+def test_a_read_does_not_wait_for_a_refresh_in_progress(retriever, paired_encoder):
+    """While one thread opens a newer commit (the server's writer after its commit), a search that
+    notices the commit goes on with the snapshot it has instead of waiting for the lock."""
+    from hybridret.searcher import Searcher
+
+    searcher = Searcher(retriever.path, encoder=paired_encoder)
+    retriever.add([{"id": "n1", "text": "a newer commit"}])  # another writer commits
+    with searcher._refresh_lock:  # another thread is refreshing
+        done = threading.Event()
+        box: dict = {}
+
+        def read() -> None:
+            box["changed"] = searcher.refresh_if_changed()
+            box["hits"] = searcher.search("photosynthesis", k=1, method="bm25").ids[0][0]
+            done.set()
+
+        threading.Thread(target=read, daemon=True).start()
+        assert done.wait(10), "the read waited for the refresh in progress"
+        assert box["changed"] is False and searcher.get(["n1"]) == [None]  # the snapshot it had
+    assert searcher.refresh_if_changed() is True and searcher.get(["n1"])[0]["id"] == "n1"
