@@ -107,9 +107,11 @@ async def drive(url: str, clients: int, seconds: float, mix: dict[str, float], t
             "writes_per_s": round(len(writes) / took, 2), "search_ms": pct(lat["search"]), "write_ms": pct(writes),
             **{f"{k}_ms": pct(lat[k]) for k in WRITES},
             "errors": len(errors), "error_samples": errors[:5],
-            "write_calls": calls, "writes_per_call": round((g1["requests"] - g0["requests"]) / calls, 2) if calls else None,
+            "write_calls": calls,
+            "writes_per_call": round((g1["requests"] - g0["requests"]) / calls, 2) if calls else None,
             "largest_group": g1["largest_group"],
-            "queries_per_encoder_call": round((b1["queries"] - b0["queries"]) / max(1, b1["search_calls"] - b0["search_calls"]), 2),
+            "queries_per_encoder_call": round((b1["queries"] - b0["queries"])
+                                              / max(1, b1["search_calls"] - b0["search_calls"]), 2),
             "_state": state, "_unknown": unknown}
 
 

@@ -12,7 +12,8 @@ of the group being formed, and every other kind of write (delete by filter, dry 
 compact), waits for the next commit and runs alone, so each request sees every earlier one.
 
 Acknowledgement is unchanged: a request is answered only once the commit holding it is durable and
-the searcher serves it (the merge of small segments that follows a commit runs after the answers). A request refused on its own (a bad document, an id that exists, an unknown id
+the searcher serves it (the merge of small segments that follows a commit runs after the answers).
+A request refused on its own (a bad document, an id that exists, an unknown id
 to delete) gets its own error, and the rest of its group is committed; when the group's encoding or
 commit fails, every request of the group gets that error and none of it is committed.
 
