@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # a plan's results (relevance: BM25's statistics over index/ and retrievers/)
     ("plan", ("hybridret.plan", "hybridret.stages", "hybridret.grouping", "hybridret.rerank",
               "hybridret.snippets", "hybridret.relevance")),
-    ("read/write", ("hybridret.searcher", "hybridret.indexer")),
+    # group_commit: several writes of one IndexWriter in one commit (over the indexer, under the retriever)
+    ("read/write", ("hybridret.searcher", "hybridret.indexer", "hybridret.group_commit")),
     ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.calibrate", "hybridret.train")),
     ("services", ("hybridret.client", "hybridret.serve", "hybridret.integrations", "hybridret.distributed")),
     ("cli", ("hybridret.cli", "hybridret.__main__")),
