@@ -111,17 +111,21 @@ def link_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=copy, dirs_exist_ok=True)
 
 
+def _sync_file(path: str | Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _sync_tree(path: Path) -> None:
     for dirpath, _, files in os.walk(path):
         for name in files:
-            try:
-                fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            except OSError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _sync_file(os.path.join(dirpath, name))
         fsync_dir(dirpath)
 
 
@@ -140,13 +144,15 @@ def commit(root: str | Path, body: dict[str, Any], *, previous: dict[str, Any] |
     manifest or live lease needs. ``previous`` is the manifest the writer started from (``None``
     for a new index); its commit number is incremented. Returns the manifest written."""
     root = Path(root)
+    committed = {e.get("name"): e.get("deleted") for e in (previous or {}).get("segments", []) if isinstance(e, dict)}
     for seg in body["segments"]:
         path = root / seg["name"]
         if (path / BUILDING).exists():
             _sync_tree(path)
             (path / BUILDING).unlink()
-        if seg.get("deleted"):
-            _sync_tree(path)
+        elif seg.get("deleted") and committed.get(seg["name"]) != seg["deleted"]:
+            _sync_file(path / seg["deleted"])  # a new tombstone file: the segment's other files were synced with it
+            fsync_dir(path)
     fsync_dir(root)
     prev = previous or {}
     history = [prev["commit_id"], *prev.get("history", [])][:HISTORY] if prev.get("commit_id") else []
