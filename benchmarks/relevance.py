@@ -40,8 +40,8 @@ from _common import RESULTS, ROOT, SHARED, machine, table, write_json
 from scipy.stats import rankdata
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries
-from hybridret.calibrate import Judged, calibrate, fit_calibration, fit_logistic, judged_hits
-from hybridret.relevance import FEATURES, Calibration, encoder_identity
+from hybridret.search.calibrate import Judged, calibrate, fit_calibration, fit_logistic, judged_hits
+from hybridret.search.relevance import FEATURES, Calibration, encoder_identity
 
 COLLECTIONS = ("adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool")
 METHODS = ("hybrid", "dense", "sparse", "bm25")
@@ -158,7 +158,7 @@ def design(d: Judged, kind: str, names: list[str]) -> np.ndarray:
 
 def pav(score: np.ndarray, prob: np.ndarray, query: np.ndarray) -> np.ndarray:
     """``prob`` made non-increasing in ``score`` within each query (the library's isotonic step)."""
-    from hybridret.relevance import monotone
+    from hybridret.search.relevance import monotone
 
     out = np.empty(len(prob))
     for q in np.unique(query):

@@ -12,7 +12,7 @@ from hybridret.client import Client, RemoteHits
 from hybridret.distributed.searcher import ShardedSearcher
 from hybridret.errors import ConfigError
 from hybridret.retriever import HybridRetriever
-from hybridret.searcher import Searcher
+from hybridret.search.searcher import Searcher
 from hybridret.types import Hits, SearchBackend, SearchResults
 
 pytest.importorskip("fastapi")

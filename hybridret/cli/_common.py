@@ -39,7 +39,7 @@ def add_method_arg(p: argparse.ArgumentParser, help: str | None = None, *, calib
     from ..retrievers import REGISTRY  # the registry's module loads no model or native library
 
     if calibration:
-        from ..calibrate import calibration_methods
+        from ..search.calibrate import calibration_methods
 
         choices = list(calibration_methods(REGISTRY))
     else:

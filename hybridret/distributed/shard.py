@@ -29,10 +29,10 @@ import numpy as np
 
 from ..errors import ConfigError, HybridRetError
 from ..filters import Filter
-from ..hybrid import gather_lists
+from ..fusion.gather import gather_lists
 from ..index.snapshot import Snapshot
-from ..plan import SnapshotSource
 from ..retrievers import REGISTRY, QueryBatch, vectors_of
+from ..search.source import SnapshotSource
 from .stage_reads import StageReads
 
 __all__ = ["KEPT_SNAPSHOTS", "ShardServer", "ShardStaleError", "ShardUnavailableError", "shard_actor_class"]
@@ -61,7 +61,7 @@ class ShardServer(StageReads):
 
     def __init__(self, root: str, name: str, device: str | None = None, extensions: Sequence[Any] = ()) -> None:
         from ..retrievers import register
-        from ..searcher import EncoderSlot, Searcher
+        from ..search.searcher import EncoderSlot, Searcher
 
         for retriever in extensions:  # the coordinator's registered retrievers, before any part is opened
             register(retriever, replace=True)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..plan import SnapshotSource
+from ..search.source import SnapshotSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..filters import Filter

@@ -65,11 +65,11 @@ from ..errors import (
     IndexReadOnlyError,
 )
 from ..filters import parse_filter
-from ..hybrid import FusionConfig
+from ..fusion.config import FusionConfig
 from ..index.expiry import check_ttl
 from ..methods import check_method, method_names
 from ..retrievers import REGISTRY
-from ..searcher import check_queries
+from ..search.request import check_queries
 from ..types import SearchBackend, result_json
 from .auth import key_matches
 from .backends import ServeBackend, load_backend

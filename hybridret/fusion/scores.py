@@ -2,8 +2,8 @@
 
 Invalid entries (padding) are marked by ``valid=False`` and never influence statistics.
 :class:`Candidates` holds a gathered union and :func:`select` takes the top-k of fused scores over
-it; both live here (and are re-exported by :mod:`hybridret.hybrid`) so that every fusion method,
-GQR's in :mod:`hybridret.refine` included, builds on this module alone.
+it; both live here so that every fusion method (:mod:`~hybridret.fusion.builtin`,
+:mod:`~hybridret.fusion.gqr`, one registered from outside) builds on this module alone.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["NORMALISATIONS", "Candidates", "FusedRows", "candidate_union", "linear_fusion", "normalise",
            "rrf_fusion", "select"]

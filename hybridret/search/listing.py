@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..filters import Filter, parse_filter
-from .snapshot import Snapshot
+from ..index.snapshot import Snapshot
 
 __all__ = ["DocumentPage", "check_page", "list_documents", "matching_rows"]
 

@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .relevance import FEATURES, Calibration, LogisticModel, encoder_identity, hit_inputs
+from .request import SearchRequest
 
 __all__ = ["MAX_LOGIT", "MIN_JUDGED", "Judged", "calibrate", "calibration_methods", "check_fit", "fit_calibration",
            "fit_logistic", "judged_hits"]
@@ -39,8 +40,8 @@ models stay under 10); such a fit is degenerate and refused."""
 def calibration_methods(registry: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """The search methods a calibration can be fitted on: every fusion method, and the single
     retrievers whose scores are relevance features (:data:`~hybridret.relevance.FEATURES`)."""
-    from .methods import method_names
-    from .retrievers import REGISTRY
+    from ..methods import method_names
+    from ..retrievers import REGISTRY
 
     registry = REGISTRY if registry is None else registry
     return tuple(m for m in method_names(registry) if m not in registry or m in FEATURES)
@@ -91,13 +92,10 @@ def judged_hits(searcher: Any, queries: Mapping[str, str], qrels: Mapping[str, M
                 k: int = 10, method: str = "hybrid", level: int = 1, candidates: int | None = None) -> Judged:
     """The model inputs and labels of every hit in the top ``k`` of ``method`` for the judged
     ``queries`` (those with a judgment in ``qrels``) on a :class:`~hybridret.Searcher`."""
-    from .searcher import check_search
-
     qids = [q for q in queries if qrels.get(q)]
     if not qids:
         raise ConfigError("none of the queries has judgments in the qrels")
-    texts, k, candidates, filt = check_search([queries[q] for q in qids], k, method, candidates, None)
-    snap, plan, res = searcher._run(texts, k, method, filt, None, candidates, searcher.threads)
+    snap, plan, res = searcher._run(SearchRequest([queries[q] for q in qids], k, method=method, candidates=candidates))
     inputs = hit_inputs(snap, plan, res)
     valid = inputs.valid
     labels = np.array([[int(qrels[q].get(str(d), 0)) >= level for d in row] for q, row in zip(qids, res.ids)], dtype=bool)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "FUSED_INPUTS", "INPUTS", "Calibration", "HitInputs", "LogisticModel",
            "bm25_bounds", "calibration_for", "check_relevance", "features_of", "fusion_key", "hit_inputs", "hit_ranks",
@@ -223,8 +223,8 @@ def sparse_self_scores(query_sparse: Any, n: int) -> np.ndarray:
 def bm25_bounds(snap: Any, texts: Sequence[str]) -> np.ndarray:
     """What each query could score at most in BM25 on this snapshot: ``sum over its analysed
     tokens (repeats count) of (1 + k1) idf`` (a document's term factor is below ``1 + k1``)."""
-    from .index.bm25 import K1, idf
-    from .retrievers.bm25 import bm25_tokens, collection_stats
+    from ..index.bm25 import K1, idf
+    from ..retrievers.bm25 import bm25_tokens, collection_stats
 
     if not snap.segments or not any(s.part("bm25") is not None for s in snap.segments):
         return np.zeros(len(texts))
