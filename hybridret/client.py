@@ -1,4 +1,4 @@
-"""A client for ``hybridret serve``: the :class:`~hybridret.searcher.Searcher` interface over HTTP
+"""A client for ``hybridret serve``: the :class:`~hybridret.search.searcher.Searcher` interface over HTTP
 (a :class:`~hybridret.types.SearchBackend`).
 
 >>> from hybridret.client import Client
@@ -206,7 +206,7 @@ class Client:
     """HTTP client of one ``hybridret serve`` server. Thread-safe (one connection pool); use it as a
     context manager or call :meth:`close`.
 
-    A drop-in for a :class:`~hybridret.searcher.Searcher`: arguments are checked here the way the
+    A drop-in for a :class:`~hybridret.search.searcher.Searcher`: arguments are checked here the way the
     searcher checks them (the same :class:`ConfigError` / :class:`CorpusFormatError` before any
     request), and a client pickles (as its URL, key and timeout; the copy opens its own
     connections), so it goes wherever a searcher goes (worker processes, Ray tasks)."""

@@ -2,7 +2,7 @@
 
 It composes the two sides: writes go through :class:`~hybridret.indexer.IndexWriter` (build, add,
 upsert, delete, compact: each one atomic commit), searches through a
-:class:`~hybridret.searcher.Searcher` over the latest snapshot, refreshed after each write.
+:class:`~hybridret.search.searcher.Searcher` over the latest snapshot, refreshed after each write.
 """
 
 from __future__ import annotations
@@ -324,12 +324,12 @@ class HybridRetriever:
             self._after_write(w)
 
     def set_relevance(self, calibration: Any) -> None:
-        """Store (or with ``None`` clear) the relevance calibration (:func:`hybridret.calibrate.calibrate`)
+        """Store (or with ``None`` clear) the relevance calibration (:func:`hybridret.search.calibrate.calibrate`)
         that ``search(..., relevance=True)`` uses for this index, before the shipped one."""
         from .search.relevance import Calibration
 
         if calibration is not None and not isinstance(calibration, Calibration):
-            raise ConfigError(f"set_relevance takes a hybridret.relevance.Calibration or None, got "
+            raise ConfigError(f"set_relevance takes a hybridret.search.relevance.Calibration or None, got "
                               f"{type(calibration).__name__}")
         if self._root is None:
             raise ConfigError("the retriever has no index yet")

@@ -1,4 +1,4 @@
-"""The search plan (hybridret/plan.py): plan_search's defaults, fallbacks and errors, the generic
+"""The search plan (hybridret/search/plan.py): plan_search's defaults, fallbacks and errors, the generic
 collection-statistics hook, and the one executor that the local and the sharded searcher share."""
 
 from __future__ import annotations

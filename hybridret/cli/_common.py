@@ -34,7 +34,7 @@ logger = logging.getLogger("hybridret")
 def add_method_arg(p: argparse.ArgumentParser, help: str | None = None, *, calibration: bool = False) -> None:
     """``--method``, its choices read from the retriever and fusion registries now
     (:mod:`hybridret.methods`), so a retriever or fusion method registered before the parser is built is a choice. ``calibration``: only the
-    methods a relevance calibration can be fitted on (:func:`hybridret.calibrate.calibration_methods`)."""
+    methods a relevance calibration can be fitted on (:func:`hybridret.search.calibrate.calibration_methods`)."""
     from ..fusion import FUSERS
     from ..methods import method_names
     from ..retrievers import REGISTRY  # the registries' modules load no model or native library

@@ -1,7 +1,7 @@
 """ShardedSearcher: one search over many shard actors, equal to a single index over the same corpus.
 
-A query batch is planned and run exactly as on a single index (:func:`hybridret.plan.plan_search`,
-:func:`hybridret.plan.run_plan`): encoded **once**, here, then searched through a
+A query batch is planned and run exactly as on a single index (:func:`hybridret.search.plan.plan_search`,
+:func:`hybridret.search.run.run_plan`): encoded **once**, here, then searched through a
 :class:`~hybridret.distributed.source.ShardedSource` against one pinned set of shard commits:
 collection statistics (of every retriever that declares them, BM25's among them) summed over the
 shards, each retriever's global top lists merged from the shards' exact scores, and fusion run
@@ -164,7 +164,7 @@ class ShardedSearcher:
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None
                       ) -> FusionConfig | None:
-        """The same defaults as :meth:`Searcher.fusion_config` (:func:`hybridret.plan.default_fusion`),
+        """The same defaults as :meth:`Searcher.fusion_config` (:func:`hybridret.search.plan.default_fusion`),
         over the shards' common components."""
         return default_fusion(method, fusion, available=self.available(), stored=self._stored_fusion())
 
@@ -207,7 +207,7 @@ class ShardedSearcher:
             return self._search(req, partial, reranker)
 
     def reranker(self, rerank: Any) -> Reranker:
-        """``rerank`` as a :class:`~hybridret.rerank.Reranker` (a cross-encoder folder: loaded once,
+        """``rerank`` as a :class:`~hybridret.search.rerank.Reranker` (a cross-encoder folder: loaded once,
         here on the coordinator, on the encoders' device)."""
         if isinstance(rerank, Reranker):
             return rerank

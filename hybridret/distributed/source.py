@@ -1,4 +1,4 @@
-"""The sharded :class:`~hybridret.plan.CandidateSource`: a search plan's candidates from the shard
+"""The sharded :class:`~hybridret.search.source.CandidateSource`: a search plan's candidates from the shard
 actors, at one pinned set of commits.
 
 Rows are global keys (``shard << SHARD_SHIFT | row``, :mod:`~hybridret.distributed.merge`). For
@@ -13,7 +13,7 @@ a chunk of queries (put in the object store once):
    global top ``depth``, forms the global union, looks each candidate's exact scores up in its
    owning shard's answer and, for GQR, asks the owners for the dense vectors.
 
-Fusion itself then runs once, here, on the global candidates (:func:`hybridret.plan.execute`).
+Fusion itself then runs once, here, on the global candidates (:func:`hybridret.search.run.execute`).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ class ShardedSource(CandidateSource):
         return np.vectorize(lambda x: id_of.get(int(x), ""), otypes=[object])(rows) if rows.size else \
             np.full(rows.shape, "", dtype=object)
 
-    # -- grouping and reranking (hybridret.stages): asked of the owning shards ---------------------
+    # -- grouping and reranking (hybridret.search.run): asked of the owning shards ---------------------
     @property
     def size(self) -> int:
         return int(sum(int(i["num_docs"]) for i in self.infos))

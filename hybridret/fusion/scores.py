@@ -30,7 +30,7 @@ class Candidates:
     """The union of the retrievers' top lists with every retriever's exact scores.
 
     ``vectors`` (optional) holds the stored dense vectors of the rows (zeros for ``-1``): with it,
-    :func:`hybridret.hybrid.fuse` needs no snapshot for any method but GQR's ``final="research"``,
+    :func:`hybridret.fusion.config.fuse` needs no snapshot for any method but GQR's ``final="research"``,
     so a coordinator can fuse a union gathered from shards."""
 
     rows: np.ndarray  # (nq, m), -1 padded

@@ -45,8 +45,8 @@ class SearchPlan:
     per-retriever depth (``k``, or ``max(k, fusion.depth)``); ``stats``: the used retrievers that
     need collection statistics (``global_stats``); ``vectors``: the fusion needs the candidates'
     dense vectors (GQR). ``offset``: the hits (grouped: groups) skipped before the ``k`` returned;
-    ``group``: group the hits (:mod:`hybridret.grouping`); ``rerank`` / ``rerank_depth``: rerank the
-    first stage's top ``rerank_depth`` (:mod:`hybridret.rerank`); any of them runs the plan through
+    ``group``: group the hits (:mod:`hybridret.search.grouping`); ``rerank`` / ``rerank_depth``: rerank the
+    first stage's top ``rerank_depth`` (:mod:`hybridret.search.rerank`); any of them runs the plan through
     :func:`hybridret.search.run.execute_stages`."""
 
     texts: tuple[str, ...]

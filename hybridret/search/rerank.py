@@ -2,7 +2,7 @@
 
 ``search(..., rerank=reranker, rerank_depth=n)`` hands each query and the texts (title and text)
 of its first-stage top ``n`` to a :class:`Reranker`; its score becomes the hit's score and its
-``"rerank"`` component, and the hits are ordered by it (see :mod:`hybridret.stages`).
+``"rerank"`` component, and the hits are ordered by it (see :mod:`hybridret.search.run`).
 
 :class:`Reranker` is one method, so any model plugs in. :class:`CrossEncoderReranker` runs a local
 Hugging Face cross-encoder folder (``AutoModelForSequenceClassification``), e.g. one downloaded

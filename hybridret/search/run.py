@@ -82,7 +82,7 @@ def _ranked(plan: SearchPlan, source: CandidateSource, q: QueryBatch, depth: int
 
 def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
     """Groups by deepening the first stage until ``offset + k`` groups are certain (see
-    :mod:`hybridret.grouping`); single retrievers then score every member of those groups."""
+    :mod:`hybridret.search.grouping`); single retrievers then score every member of those groups."""
     spec, need, nq = plan.group, plan.offset + plan.k, len(q)
     assert spec is not None
     cap = max(source.size, 1)
@@ -249,7 +249,7 @@ def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
 
 
 def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanResult:
-    """The one search function of :class:`~hybridret.searcher.Searcher` and
+    """The one search function of :class:`~hybridret.search.searcher.Searcher` and
     :class:`~hybridret.distributed.searcher.ShardedSearcher`: check the plan against the source,
     encode the non-blank queries (``encode(texts, plan.needs)``), :func:`execute`, and place the
     results back at every query's position (blank queries: no hits)."""

@@ -139,7 +139,7 @@ class HitSource:
 
     def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
         """The learned-sparse terms query ``q`` shares with ``row``, literal or expansion decided
-        at word level (:func:`hybridret.snippets.literal_terms`: "star" is literal in "Stars")."""
+        at word level (:func:`hybridret.search.snippets.literal_terms`: "star" is literal in "Stars")."""
         s, local = self.snap.locate(np.array([row]))
         part = self.snap.segments[int(s[0])].part("sparse")
         if part is None:
@@ -292,7 +292,7 @@ class Searcher:
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None,
                       snap: Snapshot | None = None) -> FusionConfig | None:
-        """The fusion settings for a method (:func:`hybridret.plan.default_fusion`): explicit
+        """The fusion settings for a method (:func:`hybridret.search.plan.default_fusion`): explicit
         ``fusion`` first, then what ``hybridret tune`` stored in the index, then defaults
         (``hybrid`` = GQR guided by learned sparse + BM25, the best fixed setting measured in
         docs/fusion.md, its guide weights set per query by the retrievers' top-10 agreement),
@@ -393,7 +393,7 @@ class Searcher:
         return snap, plan, run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
 
     def reranker(self, rerank: Reranker | str | Path) -> Reranker:
-        """``rerank`` as a :class:`~hybridret.rerank.Reranker`: a cross-encoder folder is loaded
+        """``rerank`` as a :class:`~hybridret.search.rerank.Reranker`: a cross-encoder folder is loaded
         once per searcher, on the encoders' device."""
         if isinstance(rerank, Reranker):
             return rerank

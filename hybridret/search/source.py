@@ -79,7 +79,7 @@ class CandidateSource(ABC):
         raise ConfigError(f"{type(self).__name__} cannot group")
 
     def group_keys(self, rows: np.ndarray, field: str) -> np.ndarray:
-        """The group key (:mod:`hybridret.grouping`) of each row ``(nq, m)``; ``None`` at ``-1``."""
+        """The group key (:mod:`hybridret.search.grouping`) of each row ``(nq, m)``; ``None`` at ``-1``."""
         raise ConfigError(f"{type(self).__name__} cannot group")
 
     def group_members(self, groups: Sequence[Sequence[Any]], field: str, filt: Filter | None) -> np.ndarray:
@@ -97,7 +97,7 @@ class CandidateSource(ABC):
 
 
 class SnapshotSource(CandidateSource):
-    """Candidates from one snapshot (what :class:`~hybridret.searcher.Searcher` searches)."""
+    """Candidates from one snapshot (what :class:`~hybridret.search.searcher.Searcher` searches)."""
 
     def __init__(self, snap: Snapshot, *, threads: int | None = None) -> None:
         self.snapshot = snap

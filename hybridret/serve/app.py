@@ -5,7 +5,7 @@ frameworks and their users already run), the request/response models below are P
 that FastAPI both validates and publishes as OpenAPI (interactive docs at ``/docs`` for free), and
 uvicorn brings a production-grade HTTP/1.1 server with graceful shutdown on SIGTERM/SIGINT.
 
-Reads go to the index's :class:`~hybridret.searcher.Searcher` (thread-safe), through the
+Reads go to the index's :class:`~hybridret.search.searcher.Searcher` (thread-safe), through the
 :class:`~hybridret.serve.batching.MicroBatcher`. Writes go through the one
 :class:`~hybridret.retriever.HybridRetriever` of the process, serialised by a lock; each is
 committed atomically before it is acknowledged, and the searcher moves to the new commit before the
@@ -134,7 +134,7 @@ class SearchRequest(_Strict):
                                           "(linear, rrf, gqr)")
     filter: Union[dict[str, Any], StrictStr, None] = Field(
         None, description='metadata filter applied before top-k, e.g. {"source": "wiki", "year": {"$gte": 2020}}')
-    fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.hybrid.FusionConfig)")
+    fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.fusion.config.FusionConfig)")
     candidates: StrictInt | None = Field(None, ge=1, le=10_000, description="per-retriever depth of fused methods")
     with_text: StrictBool = Field(True, description="return titles and texts with the hits")
     offset: StrictInt = Field(0, ge=0, le=10_000, description="hits (grouped: groups) skipped: pages")
@@ -477,7 +477,7 @@ class Service:
 
     @property
     def searcher(self) -> SearchBackend:
-        """The backend's searcher: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
+        """The backend's searcher: a :class:`~hybridret.search.searcher.Searcher` or a sharded one."""
         return self.backend.searcher
 
     def fresh(self) -> None:

@@ -40,7 +40,7 @@ class ServeBackend(SearchBackend, Protocol):
 
     @property
     def searcher(self) -> SearchBackend:
-        """What reads go to: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
+        """What reads go to: a :class:`~hybridret.search.searcher.Searcher` or a sharded one."""
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
                   limit: int | None) -> dict[str, Any]: ...
@@ -64,7 +64,7 @@ def is_sharded(index: str | Path) -> bool:
 
 
 class LocalBackend:
-    """One index: reads from the retriever's :class:`~hybridret.searcher.Searcher`, writes through the retriever."""
+    """One index: reads from the retriever's :class:`~hybridret.search.searcher.Searcher`, writes through the retriever."""
 
     sharded = False
 
