@@ -252,14 +252,15 @@ class SearchBackend(Protocol):
     ``hybridret.client.Client`` and the server's ``LocalBackend`` / ``ShardedBackend``. The CLI,
     the server and the framework adapters take any of them.
 
-    ``filter`` is a :class:`~hybridret.filters.Filter`, a filter mapping or its JSON text;
-    ``fusion`` a :class:`~hybridret.fusion.config.FusionConfig` or its mapping (typed ``Any`` here so that
-    this module needs neither). Implementations may add keyword-only parameters with defaults
-    (``partial=``, ``with_text=``). ``isinstance(x, SearchBackend)`` checks that both methods exist.
+    ``search(queries, k, **options)``: ``queries`` a string, a list of them or a
+    :class:`~hybridret.search.request.SearchRequest`; ``k`` (``None``: 10, or the request's);
+    ``options`` the request's fields (``method=``, ``filter=``, ``fusion=``, ``candidates=``, ``offset=``,
+    ...; typed ``Any`` here so that this module needs none of them), each checked by the request.
+    Implementations may add keyword-only parameters with defaults (``partial=``, ``with_text=``).
+    ``isinstance(x, SearchBackend)`` checks that both methods exist.
     """
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid", filter: Any = None,
-               fusion: Any = None, candidates: int | None = None) -> SearchResults: ...
+    def search(self, queries: Any, k: int | None = None, **options: Any) -> SearchResults: ...
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]: ...
 

@@ -154,7 +154,9 @@ class SearchRequest:
     @property
     def group(self) -> GroupSpec | None:
         """The grouping (``None``: none)."""
-        return GroupSpec(self.group_by, self.group_size) if self.group_by is not None else None  # type: ignore[arg-type]
+        if self.group_by is None or self.group_size is None:
+            return None
+        return GroupSpec(self.group_by, self.group_size)
 
     def options(self) -> dict[str, Any]:
         """The fields set to something else than their default, by name (``queries`` and ``k`` aside)."""

@@ -100,13 +100,14 @@ class SnapshotSource(CandidateSource):
     """Candidates from one snapshot (what :class:`~hybridret.search.searcher.Searcher` searches)."""
 
     def __init__(self, snap: Snapshot, *, threads: int | None = None) -> None:
+        self.snap: Snapshot = snap  # never None here (CandidateSource.snapshot may be)
         self.snapshot = snap
         self.threads = threads  # every search's thread budget (None: every core)
 
     def check(self, plan: SearchPlan) -> None:
         """Refuse a filter on a document field that is not metadata, and ``group_by`` on a field no
         document of the snapshot has (each document would be a group of its own: no grouping at all)."""
-        snap: Snapshot = self.snapshot  # type: ignore[assignment]
+        snap = self.snap
         columns = [seg.columns for seg in snap.segments]
         if plan.filter is not None:
             plan.filter.check_fields(columns)
@@ -116,49 +117,49 @@ class SnapshotSource(CandidateSource):
 
     @property
     def empty(self) -> bool:
-        return not self.snapshot.num_docs  # type: ignore[union-attr]
+        return not self.snap.num_docs
 
     def statistics(self, q: QueryBatch, names: tuple[str, ...]) -> dict[str, Any]:
         return {}  # the snapshot is the whole collection: each retriever prepares its own
 
     def top(self, name: str, depth: int, q: QueryBatch, *, filt: Filter | None = None,
             stats: Mapping[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        snap = self.snapshot
-        ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]  # type: ignore[arg-type]
-        return search_rows(REGISTRY[name], snap, q, depth, filt, ctx, threads=self.threads)  # type: ignore[arg-type]
+        snap = self.snap
+        ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]
+        return search_rows(REGISTRY[name], snap, q, depth, filt, ctx, threads=self.threads)
 
     def gather(self, names: tuple[str, ...], depth: int, q: QueryBatch, *, filt: Filter | None = None,
                stats: Mapping[str, Any] | None = None, vectors: bool = False) -> Candidates:
-        return gather_candidates(names, depth, self.snapshot, q, filt=filt, stats=stats,  # type: ignore[arg-type]
+        return gather_candidates(names, depth, self.snap, q, filt=filt, stats=stats,
                                  vectors=vectors, threads=self.threads)
 
     def ids(self, rows: np.ndarray) -> np.ndarray:
-        snap = self.snapshot
-        out = np.where(rows >= 0, snap.ids[np.maximum(rows, 0)] if snap.num_rows else "", "")  # type: ignore[union-attr]
+        snap = self.snap
+        out = np.where(rows >= 0, snap.ids[np.maximum(rows, 0)] if snap.num_rows else "", "")
         return out.astype(object)
 
     @property
     def size(self) -> int:
-        return int(self.snapshot.num_docs)  # type: ignore[union-attr]
+        return int(self.snap.num_docs)
 
     def group_keys(self, rows: np.ndarray, field: str) -> np.ndarray:
         from .grouping import keys_of
 
-        return keys_of(self.snapshot, rows, field)  # type: ignore[arg-type]
+        return keys_of(self.snap, rows, field)
 
     def group_members(self, groups: Sequence[Sequence[Any]], field: str, filt: Filter | None) -> np.ndarray:
         from .grouping import members_of
 
-        return members_of(self.snapshot, groups, field, filt)  # type: ignore[arg-type]
+        return members_of(self.snap, groups, field, filt)
 
     def score(self, name: str, rows: np.ndarray, q: QueryBatch, *, stats: Mapping[str, Any] | None = None
               ) -> np.ndarray:
-        snap = self.snapshot
-        ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]  # type: ignore[arg-type]
-        return score_rows(REGISTRY[name], snap, q, rows, ctx, threads=self.threads)  # type: ignore[arg-type]
+        snap = self.snap
+        ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]
+        return score_rows(REGISTRY[name], snap, q, rows, ctx, threads=self.threads)
 
     def texts(self, rows: np.ndarray) -> list[list[str]]:
-        return [[full_text(*self.snapshot.get(int(r))[:2]) if r >= 0 else "" for r in line]  # type: ignore[union-attr]
+        return [[full_text(*self.snap.get(int(r))[:2]) if r >= 0 else "" for r in line]
                 for line in np.asarray(rows).tolist()]
 
 

@@ -76,7 +76,7 @@ class LocalBackend:
     def searcher(self) -> Searcher:
         return self.retriever.searcher
 
-    def search(self, queries: str | Sequence[str], k: int = 10, **options: Any) -> Hits:
+    def search(self, queries: str | Sequence[str], k: int | None = None, **options: Any) -> Hits:
         """As :meth:`hybridret.search.searcher.Searcher.search` (the options of a ``SearchRequest``)."""
         return self.searcher.search(queries, k, **options)
 
@@ -184,7 +184,7 @@ class ShardedBackend:
     def root(self) -> Path:
         return Path(self.searcher.root)
 
-    def search(self, queries: str | Sequence[str], k: int = 10, **options: Any) -> Hits:
+    def search(self, queries: str | Sequence[str], k: int | None = None, **options: Any) -> Hits:
         return self.searcher.search(queries, k, partial=False, **options)  # a missing shard: ShardUnavailableError
 
     def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
