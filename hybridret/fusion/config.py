@@ -43,8 +43,6 @@ MAX_CANDIDATES = 10_000
 """The most candidates a fused method takes from each retriever (its ``depth``, ``candidates``, and
 so the largest ``k`` a fused search ranks): fusion scores every candidate exactly, with its vector."""
 
-
-
 FINAL_MODES = ("rerank", "research", "fuse")
 
 
@@ -99,7 +97,6 @@ class GQRConfig:
         return cls(**data)
 
 
-
 def _weights(value: Any, what: str, retrievers: tuple[str, ...] | None = None) -> None:
     """Refuse a weight table that is not ``{retriever name: finite number >= 0}``."""
     import math
@@ -115,7 +112,6 @@ def _weights(value: Any, what: str, retrievers: tuple[str, ...] | None = None) -
         if retrievers is not None and name not in retrievers:
             raise ConfigError(f"fusion {what} names {name!r}, which is not among the fused retrievers "
                               f"{list(retrievers)}")
-
 
 
 @dataclass(frozen=True)
@@ -218,7 +214,6 @@ class FusionConfig:
 
     def with_(self, **changes: Any) -> FusionConfig:
         return replace(self, **changes)
-
 
 
 # -- the fusion methods -------------------------------------------------------------------------------

@@ -51,7 +51,6 @@ __all__ = ["GQR_BLOCK", "GQRFusion", "adaptive_guide", "agreement", "agreement_w
 GQR_BLOCK = 16  # queries optimised together: their candidate vectors stay in cache across the steps
 
 
-
 def masked_softmax(logits: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Row-wise softmax over valid entries (invalid -> probability 0)."""
     x = np.where(valid, logits, -np.inf)

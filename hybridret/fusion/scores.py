@@ -138,7 +138,6 @@ def rrf_fusion(
     return np.where(any_valid, fused, -np.inf)
 
 
-
 def select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int) -> FusedRows:
     """Top-k of fused candidate scores (ties by position), carrying each retriever's exact score."""
     order = np.argsort(-np.where(union >= 0, fused, -np.inf), axis=1, kind="stable")[:, :k]

@@ -211,7 +211,6 @@ FUSION_BUDGET_BYTES = 256 << 20
 fused fewer queries at a time (down to one), so memory follows the result, never the batch."""
 
 
-
 # -- execution -----------------------------------------------------------------------------------------
 def fusion_chunk(plan: SearchPlan) -> int:
     """Queries fused at a time: :data:`~hybridret.fusion.config.FUSION_CHUNK`, fewer when the candidate
