@@ -23,7 +23,10 @@ K = 10
 RTOL, ATOL = 1e-5, 1e-6
 
 LABELS = {
-    "impact-exact": "learned sparse exact: ImpactIndex (pruned)",
+    "windows-exact": "learned sparse exact: WindowImpactIndex (v2, the default: 8-bit impacts in row windows)",
+    "windows-approx": "learned sparse approx: WindowImpactIndex mode='approx' (certified per query)",
+    "windows-approx-escalated": "learned sparse approx, uncertified queries re-run exactly (escalate=True)",
+    "impact-exact": "learned sparse exact: ImpactIndex (v1, pruned impact layers; before #30)",
     "tantivy-exact": "learned sparse exact: LearnedIndex, tantivy tf-grid (today)",
     "numpy-inverted": "learned sparse exact: numpy inverted index + bincount (peer)",
     "scipy-brute": "learned sparse exact: scipy Q @ D.T in document blocks (reference)",
@@ -48,7 +51,7 @@ LABELS = {
     "hybrid-default-today": "hybrid: default, on the same corpus built with the tantivy tf-grid sparse part (today)",
     "retriever-sparse-today": "retriever sparse top-10 on the tf-grid index (library path, today)",
 }
-EXACT = ("impact-exact", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store-pruned", "dense-faiss",
+EXACT = ("windows-exact", "windows-approx-escalated", "impact-exact", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store-pruned", "dense-faiss",
          "dense-faiss-single", "dense-numpy-single")  # the dense part's paths are exact only when it is Flat
 
 
@@ -220,6 +223,22 @@ def group_learned(spec: dict[str, Any], Q: sp.csr_matrix, ms: np.ndarray) -> dic
         out["rss_after_open_MB"]["ImpactIndex"] = rss_mb() - r1
         add("impact-exact", lambda q: call_flexibly(imp.search, q, K, threads=1, mode="exact"))
         add("impact-approx", lambda q: call_flexibly(imp.search, q, K, threads=1, mode="approx"))
+    if spec.get("windows_dir"):
+        from hybridret.index.impact import ImpactSearchStats
+        from hybridret.index.impact_windows import WindowImpactIndex
+
+        r1 = rss_mb()
+        win = WindowImpactIndex(spec["windows_dir"])
+        out["rss_after_open_MB"]["WindowImpactIndex"] = rss_mb() - r1
+        out["windows_bytes_per_posting"] = win.bytes_per_posting()
+        add("windows-exact", lambda q: win.search(q, K, threads=1))
+        add("windows-approx", lambda q: win.search(q, K, threads=1, mode="approx"))
+        add("windows-approx-escalated", lambda q: win.search(q, K, threads=1, mode="approx", escalate=True))
+        st = ImpactSearchStats()
+        win.search(Q, K, threads=1, mode="approx", stats=st)
+        out["windows_approx_certified_share"] = float(st.certified.mean()) if len(st.certified) else None
+    else:
+        out["paths"]["windows-exact"] = unavailable("the index has no hybridret-impact-v2 part")
     if spec.get("learned_dir"):
         r1 = rss_mb()
         li = open_part(Path(spec["learned_dir"]))

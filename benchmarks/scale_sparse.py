@@ -73,7 +73,7 @@ PRIOR_BYTES = {"generate": 1500, "build": 4000, "learned": 4500, "bm25": 1200, "
 PRIOR_BASE_MB = 700
 LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages measured
 GROUPS = ("learned", "bm25", "dense", "hybrid")
-PLOTTED = ("impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
+PLOTTED = ("windows-exact", "windows-approx", "impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
            "bm25-store-pruned", "bm25-store-v1-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy",
            "hybrid-default", "hybrid-default-today")
 
@@ -200,6 +200,8 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
     spec = dict(base)
     for cls, key in (("DenseIndex", "dense_dir"), ("BM25Store", "bm25_dir")):
         spec[key] = by_class[cls]["dir"] if cls in by_class else None
+    if "WindowImpactIndex" in by_class:
+        spec["windows_dir"] = by_class["WindowImpactIndex"]["dir"]
     if "ImpactIndex" in by_class:
         spec["impact_dir"] = by_class["ImpactIndex"]["dir"]
     elif isinstance(paths.impact_class(), Exception):
@@ -259,7 +261,10 @@ def ratios(res: dict[str, Any]) -> dict[str, float | None]:
     def over(a: str, b: str) -> float | None:
         return ms[b] / ms[a] if ms.get(a) and ms.get(b) else None
 
-    return {"impact exact vs numpy inverted (x faster)": over("impact-exact", "numpy-inverted"),
+    return {"windows exact vs numpy inverted (x faster)": over("windows-exact", "numpy-inverted"),
+            "windows approx vs numpy inverted (x faster)": over("windows-approx", "numpy-inverted"),
+            "windows exact vs impact (v1) exact (x faster)": over("windows-exact", "impact-exact"),
+            "impact exact vs numpy inverted (x faster)": over("impact-exact", "numpy-inverted"),
             "impact approx vs numpy inverted (x faster)": over("impact-approx", "numpy-inverted"),
             "tantivy exact vs numpy inverted (x faster)": over("tantivy-exact", "numpy-inverted"),
             "impact exact vs tantivy exact (x faster)": over("impact-exact", "tantivy-exact"),
@@ -279,7 +284,7 @@ def build_ratios(res: dict[str, Any]) -> dict[str, float | None]:
     corpus with the tf-grid part (the issue's "<= 10 % of today's build"), and the two builds."""
     b, t = res.get("build") or {}, res.get("build_today") or {}
     sparse = (b.get("parts") or {}).get("sparse") or {}
-    if not t or sparse.get("class") != "ImpactIndex":
+    if not t or sparse.get("class") not in ("ImpactIndex", "WindowImpactIndex"):
         return {}
     return {"impact part build / today's whole build": (sparse.get("build_s") or 0) / t["build_s"],
             "whole build / today's whole build": b["build_s"] / t["build_s"]}
@@ -382,6 +387,10 @@ def print_report(results: list[dict[str, Any]], extra: dict[str, Any]) -> None:
               + ", ".join(f"{g} {res[g].get('peak_rss_MB', 0):.0f} MB" for g in GROUPS))
         print(table(build_rows, ["part", "format", "build_s", "disk_MB"]))
         print("ratios: " + "; ".join(f"{k} {v:.2f}" for k, v in ratios(res).items() if v is not None))
+        bpp = res["learned"].get("windows_bytes_per_posting")
+        if bpp:
+            print(f"learned-sparse part (v2) bytes per posting: resident {bpp['resident']:.2f}, disk {bpp['disk']:.2f}; "
+                  f"approx answers certified exact: {res['learned'].get('windows_approx_certified_share') or 0:.1%}")
         if res["hybrid"].get("hybrid_stages_ms"):
             print("hybrid stages, ms/query: " + ", ".join(f"{k} {v:.2f}" for k, v in res["hybrid"]["hybrid_stages_ms"].items()))
     if extra.get("ms_per_query"):

@@ -22,6 +22,8 @@ __all__ = [
     "IndexReadOnlyError",
     "MissingDependencyError",
     "ModelNotFoundError",
+    "WorkLimitError",
+    "WriteCancelledError",
 ]
 
 
@@ -100,6 +102,16 @@ class IndexLockedError(HybridRetError):
 
 class IndexReadOnlyError(HybridRetError, PermissionError):
     """A write was asked of an index directory that cannot be written."""
+
+
+class WorkLimitError(HybridRetError):
+    """A request would take more work than a limit allows (chunks, tokens, bytes); refused before any
+    of it is done. The message names the limit and how to raise it (HTTP: 413)."""
+
+
+class WriteCancelledError(HybridRetError):
+    """A write was stopped before its commit (e.g. the server is shutting down): nothing of it was
+    committed, and it may be sent again (HTTP: 503)."""
 
 
 class DocumentNotFoundError(HybridRetError, KeyError):

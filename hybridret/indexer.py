@@ -231,6 +231,28 @@ def check_settings(settings: Mapping[str, Any], given: Mapping[str, Any]) -> Non
                           f"searched with Flat), got {rows!r}")
 
 
+@dataclass
+class PlanState:
+    """What :meth:`IndexWriter._plan_document` needs of the write a document belongs to."""
+
+    mode: str
+    snap: Snapshot | None
+    live_now: Snapshot | None
+    chunker: Any
+    chunked: bool
+    ttl: float | None
+    now: float
+    result: WriteResult
+    tombstone: Callable[[int], None]
+    seen: set[str] = field(default_factory=set)
+
+
+def add_rows(writer: SegmentWriter, batch: list[Document], enc: EncodedBatch) -> None:
+    """Write the encoded ``batch`` to the new segment."""
+    writer.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch],
+               [d.full_text for d in batch], [d.metadata for d in batch], enc, [text_key(d.full_text) for d in batch])
+
+
 class IndexWriter:
     """The one writer of an index directory (created if absent). ``encoder`` is a loaded encoder
     or a callable returning one (called only when something must be encoded). ``expect``: the
@@ -432,6 +454,7 @@ class IndexWriter:
             s, local = snap.locate(np.array([row]))  # type: ignore[union-attr]
             replaced.setdefault(int(s[0]), []).append(int(local[0]))
 
+        state = PlanState(mode, snap, live_now, chunker, chunked, ttl, now, result, tombstone)
         whole = progress_enabled(show_progress, total or chunk_size + 1, chunk_size)
         bar = tqdm(total=total, desc={"build": "indexing", "add": "adding", "upsert": "upserting"}[mode], unit="doc",
                    disable=not whole)
@@ -440,7 +463,6 @@ class IndexWriter:
         self._encoder_progress = False if whole else show_progress
         self._truncated_before = None  # the encoder's counts when this write first encodes
         try:
-            seen: set[str] = set()
             position = 0
             for group in iter_batches(documents, chunk_size):
                 batch: list[Document] = []
@@ -449,54 +471,11 @@ class IndexWriter:
                 for item in group:
                     doc = as_document(item, position, allow_bare=mode == "build")
                     position += 1
-                    if not doc.full_text.strip():
-                        result.skipped_empty += 1
-                        continue
-                    if ttl is not None and EXPIRES_AT not in doc.metadata:  # an explicit null: never
-                        doc.metadata[EXPIRES_AT] = round(now + ttl, 3)
-                    units, previous = self._units(doc, chunker, snap)
-                    if not units:  # text the tokenizer reads as nothing (e.g. only zero-width characters)
-                        result.skipped_empty += 1
-                        continue
-                    if mode == "add" and live_now is not None:
-                        _refuse_existing(live_now, doc, units, previous, self.root)
-                    by_key = {snap.segments[int(s)].key_of(int(r)): g  # type: ignore[union-attr]
-                              for g, s, r in zip(previous, *snap.locate(np.asarray(previous, dtype=np.int64)))
-                              } if previous else {}
-                    kept = {u.id for u in units}
-                    existed, changed = bool(previous), False
-                    for r in previous:
-                        if str(snap.ids[r]) not in kept:  # type: ignore[union-attr]
-                            tombstone(r)  # a chunk that vanished, or the document before it was chunked
-                            result.deleted += 1
-                            changed = True
-                    for unit in units:
-                        if unit.id in seen:
-                            raise CorpusFormatError(f"duplicate document id {unit.id!r}", field="id")
-                        seen.add(unit.id)
-                        old = snap.row_of(unit.id) if snap is not None else None
-                        existed = existed or old is not None
-                        if old is not None and _unchanged(snap, old, unit):  # type: ignore[arg-type]
-                            result.unchanged += 1
-                            continue
-                        changed = True
-                        batch.append(unit)
-                        old_rows.append(old)
-                        sources.append(by_key.get(text_key(unit.full_text), old))
-                    if chunked:
-                        result.documents["updated" if existed and changed else "unchanged" if existed else "added"] += 1
+                    self._plan_document(doc, state, batch, old_rows, sources)
                 if batch:
-                    enc, n_encoded = self._encode(batch, sources, snap, cache, batch_size, layout)
-                    result.encoded += n_encoded
-                    writer.add([d.id for d in batch], [d.title for d in batch], [d.text for d in batch],
-                               [d.full_text for d in batch], [d.metadata for d in batch], enc,
-                               [text_key(d.full_text) for d in batch])
-                    for old in old_rows:
-                        if old is None:
-                            result.added += 1
-                        else:
-                            result.updated += 1
-                            tombstone(old)
+                    enc, encoded = self._encode(batch, sources, snap, cache, batch_size, layout)
+                    result.encoded += len(encoded)
+                    add_rows(writer, batch, enc)
                 bar.update(len(group))
             bar.close()
             result.skipped_empty += int(getattr(documents, "skipped_empty", 0) or 0)  # a CorpusReader's own count
@@ -540,6 +519,56 @@ class IndexWriter:
         summary_logger.info("%s %s: %s (commit %d)", mode, self.root, result.summary(), result.commit)
         return result
 
+    def _plan_document(self, doc: Document, state: PlanState, batch: list[Document], old_rows: list[int | None],
+                       sources: list[int | None]) -> None:
+        """Decide what ``doc`` becomes, before anything is encoded: its units (itself or its chunks)
+        to encode go to ``batch`` (with the rows they replace and the rows whose stored encodings may
+        serve), the rows it replaces are tombstoned through ``state.tombstone``, and ``state.result``
+        counts it. Raises (refusing the document) before changing any of these."""
+        snap, result = state.snap, state.result
+        if not doc.full_text.strip():
+            result.skipped_empty += 1
+            return
+        if state.ttl is not None and EXPIRES_AT not in doc.metadata:  # an explicit null: never
+            doc.metadata[EXPIRES_AT] = round(state.now + state.ttl, 3)
+        units, previous = self._units(doc, state.chunker, snap)
+        if not units:  # text the tokenizer reads as nothing (e.g. only zero-width characters)
+            result.skipped_empty += 1
+            return
+        if state.mode == "add" and state.live_now is not None:
+            _refuse_existing(state.live_now, doc, units, previous, self.root)
+        for unit in units:
+            if unit.id in state.seen:
+                raise CorpusFormatError(f"duplicate document id {unit.id!r}", field="id")
+        by_key = {snap.segments[int(s)].key_of(int(r)): g  # type: ignore[union-attr]
+                  for g, s, r in zip(previous, *snap.locate(np.asarray(previous, dtype=np.int64)))
+                  } if previous else {}
+        kept = {u.id for u in units}
+        existed, changed = bool(previous), False
+        for r in previous:
+            if str(snap.ids[r]) not in kept:  # type: ignore[union-attr]
+                state.tombstone(r)  # a chunk that vanished, or the document before it was chunked
+                result.deleted += 1
+                changed = True
+        for unit in units:
+            state.seen.add(unit.id)
+            old = snap.row_of(unit.id) if snap is not None else None
+            existed = existed or old is not None
+            if old is not None and _unchanged(snap, old, unit):  # type: ignore[arg-type]
+                result.unchanged += 1
+                continue
+            changed = True
+            batch.append(unit)
+            old_rows.append(old)
+            sources.append(by_key.get(text_key(unit.full_text), old))
+            if old is None:
+                result.added += 1
+            else:
+                result.updated += 1
+                state.tombstone(old)
+        if state.chunked:
+            result.documents["updated" if existed and changed else "unchanged" if existed else "added"] += 1
+
     def _chunk_spec(self, mode: str, tokens: int | None, overlap: int | None) -> Any:
         """The chunking of this write: given, or as the index records it (``None``: none)."""
         from .chunking import ChunkSpec
@@ -579,10 +608,11 @@ class IndexWriter:
                               "; documents encoded by another model cannot be mixed into this index")
 
     def _encode(self, batch: list[Document], old_rows: list[int | None], snap: Snapshot | None, cache: Any,
-                batch_size: int, layout: Layout) -> tuple[EncodedBatch, int]:
+                batch_size: int, layout: Layout) -> tuple[EncodedBatch, list[int]]:
         """Encodings of ``batch``, each representation the parts are built from: stored values where
         ``old_rows`` names a row of the same text (the same id, or another chunk of the same
-        document), then the cache, then the encoder for the rest."""
+        document), then the cache, then the encoder for the rest; with the positions in ``batch``
+        that went through the encoder."""
         n = len(batch)
         names = layout.sources()
         texts = [d.full_text for d in batch]
@@ -611,7 +641,7 @@ class IndexWriter:
             for j, i in enumerate(todo):
                 rows[i] = {name: take_rows(layout.reps[name]["kind"], enc.get(name), [j]) for name in names}
         out = {name: stack_rows(layout.reps[name]["kind"], [r[name] for r in rows]) for name in names} if n else {}
-        return EncodedBatch(out), len(todo)
+        return EncodedBatch(out), todo
 
     def _warn_truncated(self, count: int) -> None:
         before = self._truncated_before
@@ -975,7 +1005,8 @@ def _verify_before_rewrite(snap: Snapshot, chosen: list[int]) -> None:
                                    "as valid (restore the segment from a copy, or rebuild the index)")
 
 
-_SUMMED = frozenset({"num_docs", "nnz", "total_len", "num_postings"})  # counts that add up across segments
+_SUMMED = frozenset({"num_docs", "nnz", "total_len", "num_postings", "sparse_postings", "dense_runs"})  # counts that add up
+_PER_POSTING = "bytes_per_posting"  # fields that start so are per-posting figures: weighted by each segment's nnz
 _LARGEST = frozenset({"max_weight", "max_len"})
 
 
@@ -993,6 +1024,9 @@ def components_across(metas: list[Mapping[str, Any]]) -> dict[str, Any]:
             out[key] = sum(values)
         elif key in _LARGEST and numbers:
             out[key] = max(values)
+        elif key.startswith(_PER_POSTING) and numbers and all(isinstance(m.get("nnz"), int) for m in metas):
+            total = sum(int(m["nnz"]) for m in metas)
+            out[key] = round(sum(v * int(m["nnz"]) for v, m in zip(values, metas)) / max(1, total), 3)
         elif all(v == values[0] for v in values):
             out[key] = values[0]
         else:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import threading
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._runtime import prepare_native_libraries
 from .encoders import Encoder, PairedEncoder
@@ -29,6 +30,9 @@ from .retrievers import QueryBatch
 from .search.request import SearchRequest
 from .search.searcher import METHODS, EncoderSlot, Searcher
 from .types import Hits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .group_commit import WriteRequest
 
 __all__ = ["METHODS", "HybridRetriever"]
 
@@ -233,14 +237,45 @@ class HybridRetriever:
         with self._writer(self._root, expect=self._expect()) as w:
             result = w.write(documents, mode=mode, reuse=self._reuse(), **kw)
             self._after_write(w)
-            if result.commit is not None:  # committed: the merge below is housekeeping, never an error
-                try:
-                    if w.merge_small(reuse=self._reuse()) is not None:
-                        self._after_write(w)
-                except Exception:
-                    logger.warning("merging small segments of %s failed; they stay as they are", self._root,
-                                   exc_info=True)
+            if result.commit is not None:
+                self._merge_small(w)
         return result
+
+    def _merge_small(self, w: IndexWriter) -> None:
+        """After a commit: merge small segments (housekeeping, never an error)."""
+        try:
+            if w.merge_small(reuse=self._reuse()) is not None:
+                self._after_write(w)
+        except Exception:
+            logger.warning("merging small segments of %s failed; they stay as they are", self._root, exc_info=True)
+
+    def write_group(self, requests: Sequence[WriteRequest], *, batch_size: int = 32,
+                    cancel: threading.Event | None = None, merge: bool = True) -> list[WriteResult | Exception]:
+        """Apply several adds, upserts and deletes by id in one commit (group commit, see
+        :mod:`hybridret.group_commit`): one outcome per request, its :class:`WriteResult` or the
+        error that refused it alone; an error of the commit itself is every request's outcome.
+        Committed (and served by :attr:`searcher`) when this returns. ``merge=False``: leave the
+        merge of small segments that follows a commit to a later :meth:`merge_small` (a server
+        answers first, then merges)."""
+        from .group_commit import write_group
+
+        if self._root is None:
+            raise ConfigError("the retriever has no index yet: call index() or load() first")
+        with self._writer(self._root, expect=self._expect()) as w:
+            outcomes = write_group(w, requests, reuse=self._reuse(), batch_size=batch_size, cancel=cancel)
+            if any(isinstance(o, WriteResult) and o.commit is not None for o in outcomes):
+                self._after_write(w)
+                if merge and (cancel is None or not cancel.is_set()):
+                    self._merge_small(w)
+        return outcomes
+
+    def merge_small(self) -> None:
+        """Merge small segments when there are more than ``max_segments`` (what every add and
+        upsert does after its commit; housekeeping: a failure is logged, never raised)."""
+        if self._root is None:
+            raise ConfigError("the retriever has no index yet")
+        with self._writer(self._root, expect=self._expect()) as w:
+            self._merge_small(w)
 
     def add(self, documents: Iterable[Any], **kw: Any) -> WriteResult:
         """Add new documents (an id already in the index is an error: use :meth:`upsert`).

@@ -91,6 +91,22 @@ def test_scale_script_quick(tmp_path):
     assert {r["index"].split()[0] for r in data["results"]} >= {"dense", "sparse"}
 
 
+def test_serve_load_writes_smoke(tmp_path):
+    """serve_load.py --smoke: 4 clients mixing searches and writes for 4 s on a 30-passage index, with
+    group commit; every acknowledged write checked afterwards, the server stopped by SIGTERM."""
+    out_json = tmp_path / "serve-load-writes.json"
+    out = _run(BENCH / "serve_load.py", "--smoke", "--output", out_json, cwd=tmp_path)
+    assert "lost: 0, deleted but back: 0" in out
+    data = json.loads(out_json.read_text())
+    res = data["modes"]["group"]
+    (run,) = res["runs"]
+    (level,) = run["levels"]
+    assert level["clients"] == 4 and level["errors"] == 0 and level["requests"] > 0
+    assert level["write_ms"]["n"] > 0 and level["search_ms"]["n"] > 0 and level["write_calls"] >= 1
+    assert run["acknowledged_ids"] > 0 and run["lost"] == [] and run["deleted_came_back"] == []
+    assert res["server_exits"] == [0] and data["index_docs"] == 30
+
+
 def test_living_script_quick(tmp_path):
     """living.py --quick on the bundled sample (its first 120 passages): every section is written."""
     beir = tmp_path / "sample-beir"

@@ -250,11 +250,11 @@ def living(paired_encoder, small_corpus, tmp_path_factory) -> HybridRetriever:
     return r
 
 
-def test_a_living_index_writes_the_impact_part_and_searches_exactly(living):
+def test_a_living_index_writes_the_default_part_and_searches_exactly(living):
     snap = living.searcher.snapshot
     assert len(snap.segments) == 3 and snap.num_deleted == 3
-    assert {type(s.part("sparse")).__name__ for s in snap.segments} == {"ImpactIndex"}
-    assert living.manifest["parts"]["sparse"]["format"] == "hybridret-impact-v1"
+    assert {type(s.part("sparse")).__name__ for s in snap.segments} == {"WindowImpactIndex"}  # v2 since issue #30
+    assert living.manifest["parts"]["sparse"]["format"] == "hybridret-impact-v2"
     for keep, filt in ((None, None), (lambda d: d["metadata"]["half"] == "a", {"half": "a"})):
         want, _ = _brute_index(living, 5, keep)
         got = living.search(QUERIES, k=5, method="sparse", filter=filt)

@@ -482,7 +482,7 @@ def test_sigterm_during_a_write_lets_it_commit(index, tmp_path, start_server):
     shutil.copytree(index[0], copy, ignore=shutil.ignore_patterns("*.lock", "leases"))
     keyfile = tmp_path / "key"
     keyfile.write_text(KEY)
-    proc, url = start_server(copy, "--api-key-file", str(keyfile))
+    proc, url = start_server(copy, "--api-key-file", str(keyfile), "--shutdown-timeout", "240")  # time to commit
     try:
         start = httpx.get(f"{url}/health").json()["num_docs"]
         docs = sample_docs(150, 300)
@@ -500,8 +500,7 @@ def test_sigterm_during_a_write_lets_it_commit(index, tmp_path, start_server):
         r = box["r"]
         assert r.status_code == 200, r.text
         assert r.json()["added"] == len(docs)
-        # uvicorn shuts down gracefully, then re-raises the signal: the exit status says SIGTERM ended it
-        assert proc.wait(timeout=60) in (0, -signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0  # a graceful shutdown on SIGTERM exits 0
         out = proc.stdout.read()
         assert "Shutting down" in out and "Finished server process" in out and "Traceback" not in out
         assert KEY not in out

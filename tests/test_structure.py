@@ -7,7 +7,8 @@ in B that names a hybridret module, wherever it stands:
 * at module level, **inside functions and methods** (a deferred import is still a dependency: it only
   runs later) and **under ``if TYPE_CHECKING:``** (an annotation is a dependency of the reader, and a
   type-only circle is a file boundary in the wrong place all the same);
-* ``from pkg import name`` counts ``pkg``, and ``pkg.name`` when that is a module;
+* ``from pkg import name`` counts ``pkg.name`` when that is a module, else ``pkg`` (the name is defined
+  in its ``__init__``);
 * the package ``__init__`` modules that importing ``a.b.c`` runs (``a.b``) are checked separately
   (:func:`test_importing_a_module_runs_no_package_init_above_it`);
 * not ``importlib.import_module("...")`` with a string (the adapters' lazy framework and client loads).
@@ -41,7 +42,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # search/: the read side: request, plan, sources, the executor and its stages, what the stages read
     # (grouping, rerank, snippets, relevance), listing, the Searcher, calibration
     ("search", ("hybridret.search",)),
-    ("write", ("hybridret.indexer",)),
+    # group_commit: several writes of one IndexWriter in one commit (over the indexer, under the retriever)
+    ("write", ("hybridret.indexer", "hybridret.group_commit")),
     ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.train")),
     ("services", ("hybridret.client", "hybridret.serve", "hybridret.integrations", "hybridret.distributed")),
     ("cli", ("hybridret.cli", "hybridret.__main__")),
@@ -104,7 +106,9 @@ def _targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
             pkg = ".".join(base + ([node.module] if node.module else []))
         else:
             pkg = node.module or ""
-        found = {pkg} | {f"{pkg}.{a.name}" for a in node.names}
+        subs = {f"{pkg}.{a.name}" for a in node.names if f"{pkg}.{a.name}" in mods}
+        # ``from pkg import sub`` imports the submodule; ``pkg`` itself counts for the names it defines
+        found = subs | ({pkg} if len(subs) < len(node.names) else set())
     return {t for t in found if t in mods and t != name}
 
 

@@ -28,6 +28,20 @@ def add_parser(sub: Any) -> None:
                    help="collect concurrent searches for this long and encode them together (default: 3)")
     p.add_argument("--max-batch", type=int, default=32, help="most queries per micro-batch (default: 32)")
     p.add_argument("--no-batching", action="store_true", help="search each request on its own")
+    p.add_argument("--no-group-commit", action="store_true",
+                   help="commit each write on its own (default: concurrent adds, upserts and deletes by id are "
+                        "grouped into one commit, each answered once that commit is durable)")
+    p.add_argument("--max-request-chunks", type=int, default=None, metavar="N",
+                   help="refuse (413) a write request that would write more than N rows: chunks in an index of "
+                        "chunks, else documents (default: 10000)")
+    p.add_argument("--max-request-tokens", type=int, default=None, metavar="N",
+                   help="refuse (413) a write request whose documents hold more than N tokens to encode "
+                        "(default: 1048576)")
+    p.add_argument("--max-body-mb", type=float, default=None, metavar="MB",
+                   help="refuse (413) a request body larger than MB mebibytes (default: 16)")
+    p.add_argument("--shutdown-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="on SIGTERM: stop within about SECONDS; running writes get half of it to commit, then stop "
+                        "before their commit (default: 10)")
     p.add_argument("--refresh-every", type=float, default=None, metavar="SECONDS",
                    help="also pick up commits made by other processes every SECONDS, between requests (by default "
                         "each request already checks the manifest: a stat)")
@@ -62,10 +76,19 @@ def run(args: argparse.Namespace) -> int:
     if args.refresh_every is not None and args.refresh_every <= 0:
         raise HybridRetError(f"--refresh-every must be positive, got {args.refresh_every}")
     key = read_api_key(args.api_key_file) if args.api_key_file else None
+    limits: dict[str, Any] = {}
+    for name in ("max_request_chunks", "max_request_tokens"):
+        if getattr(args, name) is not None:
+            limits[name] = getattr(args, name)
+    if args.max_body_mb is not None:
+        if not args.max_body_mb > 0:
+            raise HybridRetError(f"--max-body-mb must be positive, got {args.max_body_mb}")
+        limits["max_body_bytes"] = int(args.max_body_mb * 2**20)
     config = ServeConfig(api_key=key, protect_reads=args.protect_reads, batching=not args.no_batching,
                          batch_window_ms=args.batch_window_ms, max_batch=args.max_batch,
                          refresh_every=args.refresh_every, auto_refresh=not args.no_auto_refresh,
-                         rerank=_rerank_folder(args.rerank))
+                         rerank=_rerank_folder(args.rerank), group_commit=not args.no_group_commit,
+                         shutdown_timeout=args.shutdown_timeout, **limits)
     from ..serve.backends import ShardedBackend, is_sharded
 
     index: str | SearchBackend

@@ -55,7 +55,7 @@ FORMAT = "hybridret-bm25-v1"
 FORMAT_V2 = "hybridret-bm25-v2"  # v1's files plus quantized impacts (bm25_impacts.py)
 K1 = 1.2
 B = 0.75
-from ._blocks import BLOCK  # noqa: E402 - postings per block of a term's list, shared with the kernels
+from ._blocks import BLOCK, in_blocks  # noqa: E402 - postings per block of a term's list, shared with the kernels
 
 
 def _fieldnorm_table() -> np.ndarray:
@@ -84,18 +84,6 @@ def idf(df: np.ndarray | float, n: float) -> np.ndarray:
     """tantivy's idf: ``ln(1 + (N - df + 0.5) / (df + 0.5))``."""
     df = np.asarray(df, dtype=np.float64)
     return np.log1p((n - df + 0.5) / (df + 0.5))
-
-
-def _in_blocks(nq: int, workers: int, block: Any) -> None:
-    """``block(a, b)`` over ``nq`` queries: at once, or cut into ``workers`` slices run on a thread pool."""
-    if workers == 1:
-        block(0, nq)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    cuts = np.linspace(0, nq, workers + 1).astype(int)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        list(pool.map(lambda w: block(int(cuts[w]), int(cuts[w + 1])), range(workers)))
 
 
 def norm_table(avgdl: float) -> np.ndarray:
@@ -463,7 +451,7 @@ class BM25Store:
                  fac.fac, *bounds, buf[0], buf[1], mask, k, rows[a:b], scores[a:b], *work)
             local.buf = buf
 
-        _in_blocks(nq, workers, block)
+        in_blocks(nq, workers, block)
         return rows, scores.astype(np.float32)
 
     def _search_impacts(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
@@ -484,7 +472,7 @@ class BM25Store:
                            weights[ptr[a]:ptr[b]], avgdl, norm, k, mask, rows[a:b], scores[a:b],
                            np.zeros(3, np.int64))
 
-        _in_blocks(nq, workers, block)
+        in_blocks(nq, workers, block)
         return rows, scores.astype(np.float32)
 
 

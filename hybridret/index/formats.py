@@ -3,7 +3,8 @@
 | format | kind | reader | part names it serves |
 |---|---|---|---|
 | ``hybridret-dense-v1`` | dense | :class:`~.dense.DenseIndex` (FAISS + exact vectors) | ``dense`` |
-| ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact layers, pruned exact top-k; the default) | ``sparse`` |
+| ``hybridret-impact-v2`` | sparse | :class:`~.impact_windows.WindowImpactIndex` (8-bit impacts in row windows, exact top-k; the default) | ``sparse`` |
+| ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact layers, pruned exact top-k) | ``sparse`` |
 | ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy; ``tfgrid``) | ``sparse`` |
 | ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts, :mod:`.bm25_impacts`; the default) | ``bm25`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
@@ -22,16 +23,17 @@ from ..errors import IndexFormatError
 from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
 from .storage import read_json
 
-__all__ = ["BM25_V1", "BM25_V2", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "LEARNED_V1", "SPARSE_V1", "builtin_parts",
+__all__ = ["BM25_V1", "BM25_V2", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "IMPACT_V2", "LEARNED_V1", "SPARSE_V1", "builtin_parts",
            "open_part", "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
 LEARNED_V1 = "hybridret-learned-v1"
 IMPACT_V1 = "hybridret-impact-v1"
+IMPACT_V2 = "hybridret-impact-v2"
 BM25_V1 = "hybridret-bm25-v1"
 BM25_V2 = "hybridret-bm25-v2"
 SPARSE_V1 = "hybridret-sparse-v1"
-BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, LEARNED_V1, BM25_V1, BM25_V2, SPARSE_V1})
+BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, IMPACT_V2, LEARNED_V1, BM25_V1, BM25_V2, SPARSE_V1})
 _HEAP = 256_000_000  # tantivy writer heap of a learned-sparse part
 
 
@@ -72,6 +74,18 @@ def _impact_open(root: Path, device: str | None) -> Any:
     from .impact import ImpactIndex
 
     return ImpactIndex(root)
+
+
+def _windows_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from .impact_windows import WindowImpactIndex
+
+    return WindowImpactIndex.create(root, int(dim or 1))
+
+
+def _windows_open(root: Path, device: str | None) -> Any:
+    from .impact_windows import WindowImpactIndex
+
+    return WindowImpactIndex(root)
 
 
 def _bm25_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
@@ -118,6 +132,7 @@ def _vector_rows(part: Any, rows: np.ndarray) -> Any:
 
 
 for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows),
+            PartType(IMPACT_V2, "sparse", _windows_create, _windows_open, _forward_rows),
             PartType(IMPACT_V1, "sparse", _impact_create, _impact_open, _forward_rows),
             PartType(LEARNED_V1, "sparse", _learned_create, _learned_open, _forward_rows),
             PartType(BM25_V1, "text", _bm25_create, _bm25_open),
@@ -129,8 +144,8 @@ for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows
 def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, Any]]) -> dict[str, PartSpec]:
     """The parts an index with these settings writes for the encoder's heads: ``dense`` (FAISS
     factory and metric from the settings; ``"auto"``, the default, chooses per segment by size:
-    :mod:`.dense_auto`), ``sparse`` (learned terms: impact-layered postings by
-    default, ``sparse_scheme="tfgrid"`` the tantivy tf grid, or a format-1 scheme) and ``bm25`` (when ``settings["bm25"]``)."""
+    :mod:`.dense_auto`), ``sparse`` (learned terms: 8-bit impacts in row windows by
+    default, :mod:`.impact_windows`; ``sparse_scheme="tfgrid"`` the tantivy tf grid, or a format-1 scheme) and ``bm25`` (when ``settings["bm25"]``)."""
     parts: dict[str, PartSpec] = {}
     if "dense" in reps:
         from .dense_auto import AUTO_MIN_ROWS, is_auto
@@ -144,7 +159,7 @@ def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, A
     if "sparse" in reps:
         scheme = str(settings.get("sparse_scheme", "impact"))
         if scheme == "impact":
-            parts["sparse"] = PartSpec(IMPACT_V1, "sparse")
+            parts["sparse"] = PartSpec(IMPACT_V2, "sparse")
         elif scheme == "tfgrid":
             parts["sparse"] = PartSpec(LEARNED_V1, "sparse")
         else:

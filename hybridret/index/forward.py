@@ -6,6 +6,7 @@ stored or searched. Shared by the impact part (``impact.py``) and the tf-grid pa
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -13,7 +14,7 @@ import scipy.sparse as sp
 from ..errors import ConfigError
 from .storage import NpyAppender
 
-__all__ = ["ForwardStoreBuilder", "check_queries"]
+__all__ = ["ForwardScored", "ForwardStoreBuilder", "check_queries"]
 
 
 class ForwardStoreBuilder:
@@ -76,3 +77,65 @@ def check_queries(queries: sp.csr_matrix, vocab_size: int) -> sp.csr_matrix:
     if q.nnz and not np.isfinite(q.data).all():
         raise ConfigError("sparse query weights must be finite")
     return q
+
+
+class ForwardScored:
+    """What a part with a float forward store answers from it alone: exact scores of given rows
+    (:meth:`score`) and the exact top-k by scoring every matching row (:meth:`search_exhaustive`).
+    A subclass sets ``vocab_size``, ``df`` (postings per term), ``_fptr``/``_fidx``/``_fdat`` and
+    ``forward`` (the same arrays as a CSR matrix)."""
+
+    vocab_size: int
+    df: np.ndarray
+    forward: sp.csr_matrix
+    _fptr: np.ndarray
+    _fidx: np.ndarray
+    _fdat: np.ndarray
+
+    @property
+    def num_docs(self) -> int:
+        return int(self.forward.shape[0])
+
+    def _queries(self, queries: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """CSR of the batch over terms some document has, weights > 0, terms ascending."""
+        q = check_queries(queries, self.vocab_size)
+        q.sort_indices()
+        keep = (q.data > 0) & (self.df[q.indices] > 0)
+        owner = np.repeat(np.arange(q.shape[0]), np.diff(q.indptr))
+        ptr = np.zeros(q.shape[0] + 1, dtype=np.int64)
+        np.cumsum(np.bincount(owner[keep], minlength=q.shape[0]), out=ptr[1:])
+        return ptr, q.indices[keep].astype(np.int64), q.data[keep].astype(np.float32)
+
+    def score(self, queries: Any, rows: np.ndarray, *, threads: int | None = 1) -> np.ndarray:
+        """Exact dot products of each query with the rows ``rows[i]`` (``-1`` -> 0), from the forward store."""
+        from . import _impact_kernels
+
+        ptr, terms, weights = self._queries(queries)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if rows.ndim != 2 or rows.shape[0] != len(ptr) - 1:
+            raise ConfigError(f"rows must have shape ({len(ptr) - 1}, m), got {rows.shape}")
+        if rows.size and int(rows.max()) >= self.num_docs:
+            raise ConfigError(f"row {int(rows.max())} is outside this segment of {self.num_docs} documents")
+        out = np.zeros(rows.shape, dtype=np.float32)
+        qbuf = np.zeros(self.vocab_size, np.float32)
+        _impact_kernels.score(ptr, terms, weights, self._fptr, self._fidx, self._fdat, qbuf, rows, out)
+        return out
+
+    def search_exhaustive(self, queries: Any, k: int, *, allowed: np.ndarray | None = None
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """The exact top-k by scoring every matching row (rows found with one scipy product,
+        scored by :meth:`score`), for checks and benchmarks."""
+        ptr, terms, weights = self._queries(queries)
+        q = sp.csr_matrix((weights, terms, ptr), shape=(len(ptr) - 1, self.vocab_size))
+        hit = (self.forward @ q.T).T.tocsr()  # (nq, n): the rows each query matches
+        rows = np.full((q.shape[0], k), -1, dtype=np.int64)
+        out = np.full((q.shape[0], k), -np.inf, dtype=np.float32)
+        for i in range(q.shape[0]):
+            cand = hit.indices[hit.indptr[i]:hit.indptr[i + 1]].astype(np.int64)
+            if allowed is not None:
+                cand = cand[np.asarray(allowed, dtype=bool)[cand]]
+            exact = self.score(q[i], cand[None, :])[0]
+            cand, exact = cand[exact > 0], exact[exact > 0]
+            order = np.lexsort((cand, -exact))[:k]
+            rows[i, :len(order)], out[i, :len(order)] = cand[order], exact[order]
+        return rows, out

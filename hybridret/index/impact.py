@@ -54,7 +54,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import ConfigError, IndexFormatError
-from .forward import ForwardStoreBuilder, check_queries
+from ._blocks import in_blocks
+from .forward import ForwardScored, ForwardStoreBuilder
 from .storage import atomic_write_json, load_npy, read_json
 
 __all__ = ["FORMAT", "ImpactIndex", "ImpactIndexBuilder", "ImpactSearchStats", "approx_recall"]
@@ -79,12 +80,14 @@ RESCORE_COST = 1.0  # cost of re-scoring one forward-store entry, in postings ta
 class ImpactSearchStats:
     """Work done by the last :meth:`ImpactIndex.search` call it was given to, per query:
     ``postings`` taken, ``total`` postings of the query's terms, ``rescored`` documents scored
-    exactly from the forward store."""
+    exactly from the forward store, ``certified`` whether the answer is the exact top-k (always
+    for exact search; per query for the windowed part's approximate search)."""
 
     def __init__(self) -> None:
         self.postings = np.zeros(0, np.int64)
         self.total = np.zeros(0, np.int64)
         self.rescored = np.zeros(0, np.int64)
+        self.certified = np.zeros(0, np.bool_)
 
     @property
     def share(self) -> float:
@@ -139,7 +142,7 @@ class ImpactIndexBuilder(ForwardStoreBuilder):
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-class ImpactIndex:
+class ImpactIndex(ForwardScored):
     """One segment's pruned learned-sparse part, opened read-only (arrays memory-mapped)."""
 
     def __init__(self, root: str | Path) -> None:
@@ -182,10 +185,6 @@ class ImpactIndex:
             raise ConfigError(f"{root} is not empty")
         return ImpactIndexBuilder(root, vocab_size, fr)
 
-    @property
-    def num_docs(self) -> int:
-        return int(self.forward.shape[0])
-
     def check(self) -> list[str]:
         """The values check of ``info --check``: weights finite and non-negative, postings equal to
         the forward store's entries (counts per term, and the same weight total)."""
@@ -202,16 +201,6 @@ class ImpactIndex:
         return problems
 
     # -- queries ----------------------------------------------------------------------------------
-    def _queries(self, queries: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """CSR of the batch over terms some document has, weights > 0, terms ascending."""
-        q = check_queries(queries, self.vocab_size)
-        q.sort_indices()
-        keep = (q.data > 0) & (self.df[q.indices] > 0)
-        owner = np.repeat(np.arange(q.shape[0]), np.diff(q.indptr))
-        ptr = np.zeros(q.shape[0] + 1, dtype=np.int64)
-        np.cumsum(np.bincount(owner[keep], minlength=q.shape[0]), out=ptr[1:])
-        return ptr, q.indices[keep].astype(np.int64), q.data[keep].astype(np.float32)
-
     def _buffers(self) -> tuple[np.ndarray, np.ndarray]:
         """This thread's scratch: the accumulator and the query buffer (both zeroed by the kernel on exit)."""
         local = self._scratch
@@ -220,19 +209,6 @@ class ImpactIndex:
         if buf is None:
             buf = (np.zeros(self.num_docs, np.float32), np.zeros(self.vocab_size, np.float32))
         return buf
-
-    def score(self, queries: Any, rows: np.ndarray, *, threads: int | None = 1) -> np.ndarray:
-        """Exact dot products of each query with the rows ``rows[i]`` (``-1`` -> 0), from the forward store."""
-        ptr, terms, weights = self._queries(queries)
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        if rows.ndim != 2 or rows.shape[0] != len(ptr) - 1:
-            raise ConfigError(f"rows must have shape ({len(ptr) - 1}, m), got {rows.shape}")
-        if rows.size and int(rows.max()) >= self.num_docs:
-            raise ConfigError(f"row {int(rows.max())} is outside this segment of {self.num_docs} documents")
-        out = np.zeros(rows.shape, dtype=np.float32)
-        qbuf = np.zeros(self.vocab_size, np.float32)
-        _kernels().score(ptr, terms, weights, self._fptr, self._fidx, self._fdat, qbuf, rows, out)
-        return out
 
     def search(self, queries: Any, k: int = 10, *, allowed: np.ndarray | None = None, threads: int | None = 1,
                mode: str = "exact", approx_depth: int | None = None, approx_stop: float | None = None,
@@ -276,36 +252,11 @@ class ImpactIndex:
                      mask, k, depth, RESCORE_COST, stop, div, rows[a:b], scores[a:b], work[a:b])
                 self._scratch.buf = (acc, qbuf)
 
-            if workers == 1:
-                block(0, nq)
-            else:
-                from concurrent.futures import ThreadPoolExecutor
-
-                cuts = np.linspace(0, nq, workers + 1).astype(int)
-                with ThreadPoolExecutor(max_workers=workers) as pool:
-                    list(pool.map(lambda i: block(int(cuts[i]), int(cuts[i + 1])), range(workers)))
+            in_blocks(nq, workers, block)
         if stats is not None:
             stats.postings, stats.total, stats.rescored = work[:, 0].copy(), work[:, 1].copy(), work[:, 2].copy()
+            stats.certified = np.full(len(work), mode == "exact", dtype=np.bool_)
         return rows, scores
-
-    def search_exhaustive(self, queries: Any, k: int, *, allowed: np.ndarray | None = None
-                          ) -> tuple[np.ndarray, np.ndarray]:
-        """The same exact top-k by scoring every matching row (rows found with one scipy product,
-        scored by :meth:`score`), for checks and benchmarks."""
-        ptr, terms, weights = self._queries(queries)
-        q = sp.csr_matrix((weights, terms, ptr), shape=(len(ptr) - 1, self.vocab_size))
-        hit = (self.forward @ q.T).T.tocsr()  # (nq, n): the rows each query matches
-        rows = np.full((q.shape[0], k), -1, dtype=np.int64)
-        out = np.full((q.shape[0], k), -np.inf, dtype=np.float32)
-        for i in range(q.shape[0]):
-            cand = hit.indices[hit.indptr[i]:hit.indptr[i + 1]].astype(np.int64)
-            if allowed is not None:
-                cand = cand[np.asarray(allowed, dtype=bool)[cand]]
-            exact = self.score(q[i], cand[None, :])[0]
-            cand, exact = cand[exact > 0], exact[exact > 0]
-            order = np.lexsort((cand, -exact))[:k]
-            rows[i, :len(order)], out[i, :len(order)] = cand[order], exact[order]
-        return rows, out
 
 
 def approx_recall(part: ImpactIndex, queries: Any, k: int = 10, *, allowed: np.ndarray | None = None) -> float:

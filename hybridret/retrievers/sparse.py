@@ -1,10 +1,13 @@
 """Learned-sparse retrieval: exact top-k from the segment's ``sparse`` part.
 
-The default part (:mod:`hybridret.index.impact`) prunes with impact layers in numba; segments of
+The default part (:mod:`hybridret.index.impact_windows`, 8-bit impacts in row windows; the
+former default :mod:`hybridret.index.impact` prunes with impact layers) searches in numba; segments of
 the tantivy tf-grid format (:mod:`hybridret.index.learned`) search through tantivy with a proof
 per query, or with one sparse product when small. ``SparseApproxRetriever`` (method
-``"sparse_approx"``) is the opt-in approximate search of the impact part (``mode="approx"``); on
-parts without one it is exact."""
+``"sparse_approx"``) is the opt-in approximate search of those parts (``mode="approx"``); on
+parts without one it is exact. On the windowed part each query's approximate answer is certified
+exact or not, and the part's ``search(mode="approx", escalate=True)`` re-runs the uncertified ones
+exactly (a search option for it waits for the one ``SearchRequest`` of issue #29)."""
 
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ from ..index.learned import INVERTED_MAX as SMALL_SEGMENT  # tf-grid segments sc
 
 def _pruned(part: Any) -> bool:
     from ..index.impact import ImpactIndex
+    from ..index.impact_windows import WindowImpactIndex
 
-    return isinstance(part, ImpactIndex)
+    return isinstance(part, (ImpactIndex, WindowImpactIndex))
 
 
 class SparseRetriever(Retriever):

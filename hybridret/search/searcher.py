@@ -217,18 +217,21 @@ class Searcher:
         """Open the index's newest commit if there is one (segments already open are reused).
         Returns whether the snapshot changed."""
         with self._refresh_lock:
-            from ..index.manifest import read_manifest
+            return self._refresh_locked()
 
-            current = self._snap
-            seen = self._stat_manifest()  # before the read: a commit between the two is seen next time
-            latest = read_manifest(self.root)
-            self._manifest_stat = seen
-            if latest.get("commit") == current.commit and latest.get("saved_at") == current.manifest.get("saved_at"):
-                return False
-            reuse = {s.name: s for s in current.segments}
-            self._snap = open_snapshot(self.root, device=self.device, reuse=reuse)
-            logger.debug("refreshed %s: commit %s -> %s", self.root, current.commit, self._snap.commit)
-            return True
+    def _refresh_locked(self) -> bool:
+        from ..index.manifest import read_manifest
+
+        current = self._snap
+        seen = self._stat_manifest()  # before the read: a commit between the two is seen next time
+        latest = read_manifest(self.root)
+        self._manifest_stat = seen
+        if latest.get("commit") == current.commit and latest.get("saved_at") == current.manifest.get("saved_at"):
+            return False
+        reuse = {s.name: s for s in current.segments}
+        self._snap = open_snapshot(self.root, device=self.device, reuse=reuse)
+        logger.debug("refreshed %s: commit %s -> %s", self.root, current.commit, self._snap.commit)
+        return True
 
     def _stat_manifest(self) -> tuple[int, int, int] | None:
         from ..index.manifest import MANIFEST
@@ -242,11 +245,18 @@ class Searcher:
     def refresh_if_changed(self) -> bool:
         """:meth:`refresh` when the manifest file changed since it was last read (one ``stat``, a
         few microseconds: cheap enough before every request; every commit replaces the manifest file).
-        Returns whether the snapshot changed."""
+        Never waits: while another thread refreshes, this returns ``False`` and the current snapshot
+        stays (the refreshing thread installs the new one). Returns whether the snapshot changed."""
         seen = self._manifest_stat
         if seen is not None and self._stat_manifest() == seen:
             return False
-        return self.refresh()
+        if not self._refresh_lock.acquire(blocking=False):
+            return False  # another thread (e.g. the writer after its commit) is opening the new commit: a read
+            # goes on with the snapshot it has instead of waiting for it
+        try:
+            return self._refresh_locked()
+        finally:
+            self._refresh_lock.release()
 
     def refresh_every(self, seconds: float) -> None:
         """Refresh in a background thread every ``seconds`` until :meth:`close`."""

@@ -7,17 +7,22 @@ uvicorn brings a production-grade HTTP/1.1 server with graceful shutdown on SIGT
 
 Reads go to the index's :class:`~hybridret.search.searcher.Searcher` (thread-safe), through the
 :class:`~hybridret.serve.batching.MicroBatcher`. Writes go through the one
-:class:`~hybridret.retriever.HybridRetriever` of the process, serialised by a lock; each is
+:class:`~hybridret.retriever.HybridRetriever` of the process, one commit at a time, concurrent
+adds, upserts and deletes grouped into one commit (:mod:`hybridret.serve.writes`); each is
 committed atomically before it is acknowledged, and the searcher moves to the new commit before the
 response is sent, so a client that got its acknowledgement finds its documents in the next search.
+A write's documents are counted (rows, tokens) and refused with 413 over the server's limits before
+anything is encoded (:mod:`hybridret.serve.limits`). On SIGTERM/SIGINT the server stops accepting,
+lets running work finish for half of ``shutdown_timeout``, then stops a write still encoding before
+its commit (503 to its clients), and exits 0 within about ``shutdown_timeout`` seconds.
 A sharded index (``DIR/shards.json``, ``hybridret serve DIR --ray``) is served the same way through a
 :class:`~hybridret.distributed.searcher.ShardedSearcher` (see :mod:`hybridret.serve.backends`); a shard
 that cannot answer gets a 503 naming it.
 
 Errors are JSON ``{"error": {"type": ..., "message": ...}}`` with a 4xx status for bad input
 (422 malformed request, 400 rejected by the library, 401 API key, 404 unknown ids, 409 an id that
-exists already or the index locked by another process, 413 body too large, 503 a shard that
-cannot answer); a 500 only for a server fault, never with a traceback.
+exists already or the index locked by another process, 413 body or work over a limit, 503 a shard that
+cannot answer or a write stopped by a shutdown); a 500 only for a server fault, never with a traceback.
 """
 
 from __future__ import annotations
@@ -63,6 +68,8 @@ from ..errors import (
     IndexExistsError,
     IndexLockedError,
     IndexReadOnlyError,
+    WorkLimitError,
+    WriteCancelledError,
 )
 from ..filters import parse_filter
 from ..fusion.config import FusionConfig
@@ -75,6 +82,8 @@ from .auth import key_matches
 from .backends import ServeBackend, load_backend
 from .batching import MicroBatcher
 from .docs import install_docs
+from .limits import DEFAULT_MAX_CHUNKS, DEFAULT_MAX_TOKENS, WorkCounter, check_work
+from .writes import WriteQueue
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..retriever import HybridRetriever
@@ -114,6 +123,30 @@ class ServeConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     search_threads: int = 2
     rerank: str | None = None  # a local cross-encoder folder requests may ask for (``"rerank": true``)
+    # writes: concurrent adds / upserts / deletes by id grouped into one commit (False: one commit each)
+    group_commit: bool = True
+    max_group: int = 256  # requests per group commit
+    max_group_rows: int = 4096  # documents (chunks) per group commit; a larger request commits alone
+    # per-request work (checked before anything is encoded; 413 over either)
+    max_request_chunks: int = DEFAULT_MAX_CHUNKS  # rows one write request makes: chunks, or documents
+    max_request_tokens: int = DEFAULT_MAX_TOKENS  # tokens the encoder reads for one write request
+    shutdown_timeout: float = 10.0  # seconds from SIGTERM to exit: writes get half of it to commit
+
+    def __post_init__(self) -> None:
+        flags = {"max_batch": "--max-batch", "max_request_chunks": "--max-request-chunks",
+                 "max_request_tokens": "--max-request-tokens", "max_body_bytes": "--max-body-mb",
+                 "shutdown_timeout": "--shutdown-timeout"}
+
+        def named(name: str) -> str:
+            return f"server setting {name}" + (f" (hybridret serve {flags[name]})" if name in flags else "")
+
+        for name in ("max_batch", "max_group", "max_group_rows", "max_request_chunks", "max_request_tokens",
+                     "max_body_bytes", "search_threads"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{named(name)} must be a positive integer, got {value!r}")
+        if not (isinstance(self.shutdown_timeout, (int, float)) and 0 < self.shutdown_timeout <= 3600):
+            raise ConfigError(f"{named('shutdown_timeout')} must be in (0, 3600] seconds, got {self.shutdown_timeout!r}")
 
 
 # -- request / response models ---------------------------------------------------------------------
@@ -368,6 +401,10 @@ def _status_of(exc: HybridRetError) -> int:
         return 503
     if isinstance(exc, DocumentNotFoundError):
         return 404
+    if isinstance(exc, WorkLimitError):
+        return 413
+    if isinstance(exc, WriteCancelledError):
+        return 503
     if isinstance(exc, (IndexLockedError, IndexExistsError)):
         return 409  # another process writes the index / the document id exists (use upsert)
     if isinstance(exc, IndexReadOnlyError):
@@ -469,6 +506,11 @@ class Service:
                                     enabled=config.batching, workers=config.search_threads)
         self.started = time.time()
         self.writes = 0
+        group = getattr(backend, "write_group", None)
+        self.queue = WriteQueue(self._write_one, group if callable(group) else None, enabled=config.group_commit,
+                                max_group=config.max_group, max_group_rows=config.max_group_rows,
+                                housekeeping=getattr(backend, "housekeeping", None))
+        self._work: WorkCounter | None = None
 
     @property
     def retriever(self) -> HybridRetriever | None:
@@ -509,17 +551,38 @@ class Service:
         return [{"resolved": hits.method, "k": width, **result_json(hits, i, with_text=with_text)}
                 for i in range(len(hits))]
 
-    def write(self, op: str, *args: Any, **kw: Any) -> dict[str, Any]:
-        start = time.perf_counter()
+    def _write_one(self, op: str, args: tuple, kw: dict[str, Any]) -> dict[str, Any]:
         with self.write_lock:  # one writer; the commit is atomic, and the searcher refreshes inside
-            out = self.backend.write(op, *args, **kw)
-            self.writes += 1
+            return self.backend.write(op, *args, **kw)
+
+    async def write(self, op: str, *args: Any, request: Any = None, keys: frozenset[str] | None = None,
+                    rows: int = 1, **kw: Any) -> dict[str, Any]:
+        """Queue a write (grouped with others when ``request`` is given) and answer once it is committed."""
+        start = time.perf_counter()
+        out = dict(await self.queue.submit(op, *args, request=request, keys=keys, rows=rows, **kw))
+        self.writes += 1
         out["took_ms"] = round((time.perf_counter() - start) * 1000, 3)
         logger.info("%s: %s", op, {k: v for k, v in out.items() if v and k not in ("missing", "took_ms")})
         return out
 
+    def check_work(self, docs: list[Any]) -> int:
+        """The rows ``docs`` make (chunks or documents); :class:`WorkLimitError` over a limit."""
+        if self._work is None:
+            retriever = self.retriever
+            chunking = retriever.manifest.get("chunking") if retriever is not None else None
+            self._work = WorkCounter(retriever.encoder if retriever is not None else None, chunking)
+        work = check_work(self._work, docs, max_chunks=self.config.max_request_chunks,
+                          max_tokens=self.config.max_request_tokens)
+        return work.rows
+
     def close(self) -> None:
-        with self.write_lock:  # a write in progress finishes (and commits) first
+        """After the HTTP server stopped: stop the writes still running (before their commit) and the searches."""
+        if self.queue.busy():
+            self.queue.stop()
+            if not self.queue.join(timeout=5.0):
+                logger.warning("a write was still encoding at shutdown; it stopped without a commit (the index "
+                               "keeps its last commit)")
+        with self.write_lock:
             self.batcher.close()
 
 
@@ -636,9 +699,11 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
         return {
             "version": __version__, **backend.info(), "methods": list(method_names(REGISTRY)),
             "batching": {**service.batcher.config(), **service.batcher.stats.to_dict()},
+            "writes_grouped": {**service.queue.config(), **service.queue.stats.to_dict()},
             "auth": {"writes": config.api_key is not None, "reads": config.api_key is not None and config.protect_reads},
             "limits": {"k": MAX_K, "query_chars": MAX_QUERY_CHARS, "queries": MAX_QUERIES,
-                       "documents": MAX_DOCUMENTS, "list_page": MAX_LIST, "body_bytes": config.max_body_bytes},
+                       "documents": MAX_DOCUMENTS, "list_page": MAX_LIST, "body_bytes": config.max_body_bytes,
+                       "request_chunks": config.max_request_chunks, "request_tokens": config.max_request_tokens},
             "writes": service.writes, "uptime_s": round(time.time() - service.started, 3),
         }
 
@@ -675,10 +740,15 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
               dependencies=[Depends(write_auth)],
               summary="add documents (or upsert them); answered after the commit")
     async def add_documents(req: DocumentsRequest) -> dict[str, Any]:
+        from ..group_commit import WriteRequest, conflict_keys
+
+        rows = await run_in_threadpool(service.check_work, req.documents)  # 413 before anything is encoded
         docs = [d.to_library() for d in req.documents]
+        op = "upsert" if req.upsert else "add"
         extra = {"ttl": req.ttl} if req.ttl is not None else {}
-        return await run_in_threadpool(service.write, "upsert" if req.upsert else "add", docs, show_progress=False,
-                                       **extra)
+        return await service.write(op, docs, show_progress=False, **extra,
+                                   request=WriteRequest(op, documents=docs, ttl=req.ttl),
+                                   keys=conflict_keys([d.id for d in req.documents]), rows=rows)
 
     @app.delete("/documents", response_model=WriteResponse, response_model_exclude_unset=True,
                 dependencies=[Depends(write_auth)],
@@ -686,23 +756,26 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
                 summary="delete documents by id (unknown ids: 404 and nothing deleted, unless ignore_missing) "
                         "or every document matching a filter; one commit, 'deleted' is the count")
     async def delete_documents(req: DeleteRequest) -> dict[str, Any]:
+        from ..group_commit import WriteRequest, conflict_keys
+
+        missing = "ignore" if req.ignore_missing else "error"
         if req.filter is None and not req.dry_run:
-            return await run_in_threadpool(service.write, "delete", req.ids,
-                                           missing="ignore" if req.ignore_missing else "error")
-        return await run_in_threadpool(service.write, "delete", req.ids, filter=req.filter, dry_run=req.dry_run,
-                                       missing="ignore" if req.ignore_missing else "error")
+            return await service.write("delete", req.ids, missing=missing,
+                                       request=WriteRequest("delete", ids=list(req.ids or []), missing=missing),
+                                       keys=conflict_keys(req.ids or []), rows=len(req.ids or []))
+        return await service.write("delete", req.ids, filter=req.filter, dry_run=req.dry_run, missing=missing)
 
     @app.post("/purge", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,
               dependencies=[Depends(write_auth)],
               summary="delete the documents whose expires_at has passed (searches never return them anyway)")
     async def purge() -> dict[str, Any]:
-        return await run_in_threadpool(service.write, "purge")
+        return await service.write("purge")
 
     @app.post("/compact", response_model=WriteResponse, response_model_exclude_unset=True, responses=_ERRORS,
               dependencies=[Depends(write_auth)],
               summary="merge segments and drop deleted documents (every shard's, on a sharded index)")
     async def compact() -> dict[str, Any]:
-        return await run_in_threadpool(service.write, "compact", show_progress=False)
+        return await service.write("compact", show_progress=False)
 
     # -- the search page --
     @app.get("/", include_in_schema=False)
@@ -716,24 +789,64 @@ def create_app(index: str | Path | SearchBackend, config: ServeConfig | None = N
 
 def serve(index: str | Path | SearchBackend, *, host: str = "127.0.0.1", port: int = 8000, config: ServeConfig | None = None,
           log_level: str = "info") -> None:
-    """Load the index and its models, then serve until SIGINT/SIGTERM (in-flight requests finish)."""
+    """Load the index and its models, then serve until SIGINT/SIGTERM. Shutting down, the server takes
+    no new connections or writes, lets in-flight requests finish (writes: for half of
+    ``config.shutdown_timeout``, then a write still encoding stops before its commit and its clients
+    get 503), and returns within about ``shutdown_timeout`` seconds; on SIGTERM it returns normally
+    (``hybridret serve`` exits 0); after SIGINT, uvicorn raises the interrupt again once the same shutdown is done."""
     import uvicorn
 
     config = config or ServeConfig()
     if config.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without --api-key-file: anyone who can reach it can change the index", host)
     app = create_app(index, config)
-    logger.info("serving %s%s on http://%s:%d (search page /, API docs /docs; batching %s)", getattr(index, "root", index),
-                " (sharded, on Ray)" if getattr(app.state.service.backend, "sharded", False) else "",
+    service: Service = app.state.service
+    logger.info("serving %s%s on http://%s:%d (search page /, API docs /docs; batching %s; group commit %s)",
+                getattr(index, "root", index),
+                " (sharded, on Ray)" if getattr(service.backend, "sharded", False) else "",
                 host if ":" not in host else f"[{host}]", port,
-                f"on, {config.batch_window_ms:g} ms window, up to {config.max_batch}" if config.batching else "off")
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                                           timeout_graceful_shutdown=60, lifespan="on"))
+                f"on, {config.batch_window_ms:g} ms window, up to {config.max_batch}" if config.batching else "off",
+                "on" if service.queue.enabled else "off")
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets: Any = None) -> None:
+            """Stop accepting; writes get half the timeout to commit, then the running one stops before its
+            commit and the queued ones are refused (503); then uvicorn's own shutdown, in the time left."""
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + config.shutdown_timeout
+            for listener in self.servers:
+                listener.close()
+            queue = service.queue
+            queue.begin_shutdown()  # new writes: 503
+            while queue.busy() and loop.time() < deadline - config.shutdown_timeout / 2:
+                await asyncio.sleep(0.05)
+            if queue.busy():
+                logger.info("shutting down: stopping the writes still running or queued (nothing of them is committed)")
+                queue.stop()
+                while queue.busy() and loop.time() < deadline - 0.5:
+                    await asyncio.sleep(0.05)
+            self.config.timeout_graceful_shutdown = max(1, round(deadline - loop.time()))
+            await super().shutdown(sockets)
+
+    server = Server(uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
+                                   timeout_graceful_shutdown=max(1, round(config.shutdown_timeout)), lifespan="on"))
+    terminated: list[int] = []
+
+    def on_sigterm(sig: int, frame: Any) -> None:  # uvicorn raises the signal again after its shutdown: it ends here
+        terminated.append(sig)
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if main else None
     try:
         asyncio.run(server.serve())
     except SystemExit as exc:
-        # uvicorn re-raises SIGTERM after its graceful shutdown; in a Ray driver (a sharded index) Ray's handler
-        # turns it into exit status 15, but the shutdown was complete (the shard actors were stopped): exit 0
-        if not (getattr(app.state.service.backend, "sharded", False) and exc.code == signal.SIGTERM):
+        # in a Ray driver (a sharded index) Ray's handler may turn SIGTERM into exit status 15, but the shutdown
+        # was complete (the shard actors were stopped): return normally
+        if not (getattr(service.backend, "sharded", False) and exc.code == signal.SIGTERM):
             raise
+        terminated.append(signal.SIGTERM)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+    if terminated:
         logger.info("stopped on SIGTERM")

@@ -4,8 +4,8 @@ or a sharded index on Ray (:class:`ShardedBackend`, a :class:`~hybridret.distrib
 The app (:mod:`hybridret.serve.app`) talks to either through the same few methods (:class:`ServeBackend`):
 ``search`` and ``get`` (the :class:`~hybridret.types.SearchBackend` protocol; ``search`` is thread-safe,
 called by the micro-batcher's workers), ``documents`` (a page of the documents matching a filter),
-``write`` (add / upsert / delete / compact, called under the app's write lock, committed before it
-returns), ``health``, ``info``, ``refresh_every``, ``describe`` and ``close``.
+``write`` (add / upsert / delete / compact, one at a time, committed before it returns; a local index
+also has ``write_group``: several in one commit), ``health``, ``info``, ``refresh_every``, ``describe`` and ``close``.
 Ray is imported only by :meth:`ShardedBackend.open`.
 """
 
@@ -96,6 +96,17 @@ class LocalBackend:
         out = getattr(self.retriever, op)(*args, **kw).to_dict()
         out["num_docs"] = self.searcher.num_docs
         return out
+
+    def write_group(self, requests: list[Any], cancel: threading.Event | None = None) -> list[Any]:
+        """Adds, upserts and deletes by id in one commit (:meth:`HybridRetriever.write_group`): per
+        request its result (as :meth:`write` gives it) or the exception that refused it."""
+        outcomes = self.retriever.write_group(requests, cancel=cancel, merge=False)
+        num_docs = self.searcher.num_docs
+        return [o if isinstance(o, BaseException) else {**o.to_dict(), "num_docs": num_docs} for o in outcomes]
+
+    def housekeeping(self) -> None:
+        """After a group's answers were sent: merge small segments (see :meth:`HybridRetriever.merge_small`)."""
+        self.retriever.merge_small()
 
     def health(self) -> dict[str, Any]:
         from ..index.parents import document_counts
