@@ -20,9 +20,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from hybridret.fusion import _ranks, normalise
-from hybridret.hybrid import Candidates
-from hybridret.refine import agreement
+from hybridret.fusion.gqr import agreement
+from hybridret.fusion.scores import Candidates, _ranks, normalise
 
 GRID_SIGNALS = ("dense", "sparse", "bm25", "refined")
 GRID = [w for w in itertools.product((0, 1, 2), repeat=len(GRID_SIGNALS)) if any(w)]

@@ -440,8 +440,9 @@ def group_hybrid(spec: dict[str, Any], texts: list[str], qd: np.ndarray, Q: sp.c
     import faiss
 
     from hybridret import Searcher
-    from hybridret.hybrid import fuse, gather_candidates
-    from hybridret.plan import fused_search
+    from hybridret.fusion.config import fuse
+    from hybridret.fusion.gather import gather_candidates
+    from hybridret.search.run import fused_search
     from hybridret.retrievers import REGISTRY, QueryBatch, search_rows
 
     faiss.omp_set_num_threads(1)

@@ -27,7 +27,8 @@ from _common import RESULTS, encode_queries
 
 from hybridret import Document, HybridRetriever
 from hybridret.eval import evaluate, run_from_rows
-from hybridret.hybrid import fuse, gather_candidates
+from hybridret.fusion.config import fuse
+from hybridret.fusion.gather import gather_candidates
 from hybridret.retrievers import vectors_of
 
 logger = logging.getLogger("bench")

@@ -23,7 +23,7 @@ from _suite import bm25_search  # noqa: E402
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_hits  # noqa: E402
 from hybridret.index._tantivy import SparseSearchStats  # noqa: E402
-from hybridret.plan import fused_search  # noqa: E402
+from hybridret.search.run import fused_search  # noqa: E402
 
 METHODS = ("dense", "sparse", "bm25", "linear", "rrf", "hybrid")
 

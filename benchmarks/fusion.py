@@ -38,31 +38,17 @@ from scipy.stats import ttest_rel  # noqa: E402
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import per_query, run_from_rows  # noqa: E402
-from hybridret.fusion import candidate_union, linear_fusion, normalise, rrf_fusion  # noqa: E402
-from hybridret.hybrid import (  # noqa: E402
-    HYBRID_DEFAULT,
-    Candidates,
-    FusionConfig,
-    fuse,
-    gather_candidates,
-    select,
-)
+from hybridret.fusion.builtin import HYBRID_DEFAULT
+from hybridret.fusion.config import FusionConfig, GQRConfig, fuse
+from hybridret.fusion.gather import gather_candidates
+from hybridret.fusion.gqr import adaptive_guide, agreement, agreement_weights, gqr_refine, gqr_scores, guide_weights, masked_softmax, top_mask
+from hybridret.fusion.scores import candidate_union, linear_fusion, normalise, rrf_fusion  # noqa: E402
+from hybridret.fusion.scores import Candidates, select
 from hybridret.index.bm25 import BM25Store, BM25StoreBuilder  # noqa: E402
-from hybridret.plan import fused_search  # noqa: E402
-from hybridret.refine import (  # noqa: E402
-    GQRConfig,
-    adaptive_guide,
-    agreement,
-    agreement_weights,
-    gqr_refine,
-    gqr_scores,
-    guide_weights,
-    masked_softmax,
-    top_mask,
-)
 from hybridret.retrievers import REGISTRY, QueryBatch, Retriever, score_rows, search_rows, vectors_of  # noqa: E402
 from hybridret.retrievers.bm25 import bm25_tokens  # noqa: E402
 from hybridret.retrievers.rm3 import RM3Retriever  # noqa: E402
+from hybridret.search.run import fused_search  # noqa: E402
 
 METRICS = ("ndcg@10", "mrr@10", "recall@100")
 LIMIT5K = ROOT / "indexes" / "data" / "limit-5k"

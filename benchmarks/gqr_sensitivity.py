@@ -21,7 +21,8 @@ from fusion import NEW, cached_queries  # noqa: E402
 
 from hybridret import HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import evaluate, run_from_rows  # noqa: E402
-from hybridret.hybrid import fuse, gather_candidates  # noqa: E402
+from hybridret.fusion.config import fuse
+from hybridret.fusion.gather import gather_candidates  # noqa: E402
 
 SWEEP = {"steps": [10, 25, 50, 100], "lr": [3e-4, 1e-3, 3e-3], "alpha": [0.3, 0.5, 0.7, 0.9],
          "t_dense": [0.05, 0.1, 0.2], "t_guide": [0.5, 1.0, 2.0]}

@@ -45,9 +45,9 @@ from _common import RESULTS, ROOT, SHARED, machine, table, write_json  # noqa: E
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries  # noqa: E402
 from hybridret.eval import per_query, run_from_rows  # noqa: E402
 from hybridret.filters import parse_filter  # noqa: E402
-from hybridret.plan import fused_search  # noqa: E402
 from hybridret.retrievers import REGISTRY, search_rows, vectors_of  # noqa: E402
 from hybridret.retrievers.base import allowed_mask, merge_topk  # noqa: E402
+from hybridret.search.run import fused_search  # noqa: E402
 
 logger = logging.getLogger("bench")
 DATA = SHARED / "msmarco-dl19-pool"

@@ -93,9 +93,15 @@ def child(index: Path, queries: Path, cores: int) -> dict[str, Any]:
         torch.set_num_threads(1)
     from hybridret import HybridRetriever
     try:
-        from hybridret.plan import fused_search
-    except ImportError:  # a baseline revision from before the search plan
-        from hybridret.hybrid import fused_search
+        from hybridret.fusion.config import fuse
+        from hybridret.fusion.gather import gather_candidates
+        from hybridret.search.run import fused_search
+    except ImportError:  # a baseline revision from before hybridret/search/ and hybridret/fusion/
+        from hybridret.hybrid import fuse, gather_candidates
+        try:
+            from hybridret.plan import fused_search
+        except ImportError:  # from before the search plan
+            from hybridret.hybrid import fused_search
     from hybridret.retrievers import REGISTRY, QueryBatch, search_rows
 
     z = np.load(queries)
@@ -118,8 +124,6 @@ def child(index: Path, queries: Path, cores: int) -> dict[str, Any]:
     out["hybrid_config"] = cfg.to_dict()
     # where the default hybrid's time goes (ms/query): each retriever's top-depth, the candidate
     # union with every exact score, then the fusion step alone on those candidates
-    from hybridret.hybrid import fuse, gather_candidates
-
     stages: dict[str, float] = {}
     for name in cfg.union_retrievers:
         ret = REGISTRY[name]

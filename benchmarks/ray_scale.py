@@ -84,7 +84,7 @@ def timed(fn, repeat: int) -> float:
 def bench_search(index: Path, queries: list[str], work: Path, repeat: int) -> tuple[list[dict], list[dict], dict]:
     from hybridret.distributed.reshard import reshard
     from hybridret.distributed.searcher import ShardedSearcher
-    from hybridret.searcher import Searcher
+    from hybridret.search.searcher import Searcher
 
     t = time.perf_counter()
     reshard(index, work / "shards-1", 1)  # the baseline: the same files, searched in this process

@@ -9,7 +9,7 @@ relevant documents only; msmarco's judged-0 passages are not in the file).
 
 Held out: each collection's relevance comes from a calibration fitted on the *other* collections
 (leave one collection out, collections weighted equally), with the library's own fitting
-(:func:`hybridret.calibrate.fit_calibration`) and search path (``search(..., relevance=cal)``).
+(:func:`hybridret.search.calibrate.fit_calibration`) and search path (``search(..., relevance=cal)``).
 Reported per collection and method: pooled ROC-AUC of ``relevance`` vs the raw fused score vs the
 fused score min-max normalised per query (the usual ad-hoc fix), precision / recall of
 ``relevance >= t`` for t = 0.3 / 0.5 / 0.7 (recall among the relevant hits of the top ``k``), and
@@ -19,7 +19,7 @@ calibration (mean relevance vs fraction relevant per bin, ECE).
 that were tried (docs/relevance.md says why the shipped one was chosen). ``--in-domain`` also fits
 ``hybridret calibrate`` on half of each collection's queries and tests it on the other half (both
 ways, pooled), next to the held-out calibration on the same hits. ``--fit`` prints the calibration
-fitted on all collections (what hybridret/relevance.py ships).
+fitted on all collections (what hybridret/search/relevance.py ships).
 
     python benchmarks/relevance.py --candidates --in-domain --fit   # tables + benchmarks/results/relevance.json
 """
@@ -40,8 +40,8 @@ from _common import RESULTS, ROOT, SHARED, machine, table, write_json
 from scipy.stats import rankdata
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries
-from hybridret.calibrate import Judged, calibrate, fit_calibration, fit_logistic, judged_hits
-from hybridret.relevance import FEATURES, Calibration, encoder_identity
+from hybridret.search.calibrate import Judged, calibrate, fit_calibration, fit_logistic, judged_hits
+from hybridret.search.relevance import FEATURES, Calibration, encoder_identity
 
 COLLECTIONS = ("adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool")
 METHODS = ("hybrid", "dense", "sparse", "bm25")
@@ -158,7 +158,7 @@ def design(d: Judged, kind: str, names: list[str]) -> np.ndarray:
 
 def pav(score: np.ndarray, prob: np.ndarray, query: np.ndarray) -> np.ndarray:
     """``prob`` made non-increasing in ``score`` within each query (the library's isotonic step)."""
-    from hybridret.relevance import monotone
+    from hybridret.search.relevance import monotone
 
     out = np.empty(len(prob))
     for q in np.unique(query):
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         final = fit_on(data, names, encoder)
         out["calibration"] = final.to_dict()
-        print("\nfitted on all collections (hybridret/relevance.py _DEFAULT):\n")
+        print("\nfitted on all collections (hybridret/search/relevance.py _DEFAULT):\n")
         print(json.dumps(final.to_dict(), indent=1))
     write_json(args.out, out)
     return 0

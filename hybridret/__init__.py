@@ -35,10 +35,10 @@ from .index import DenseIndex, SparseIndex
 from .indexer import IndexWriter, WriteResult
 from .irds import load_ir_dataset
 from .models import resolve_model
-from .rerank import CrossEncoderReranker, Reranker
 from .retriever import METHODS, HybridRetriever
 from .runs import load_run, write_run
-from .searcher import Searcher
+from .search.rerank import CrossEncoderReranker, Reranker
+from .search.searcher import Searcher
 from .types import Group, Hit, Hits, MatchedTerm, Snippet
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

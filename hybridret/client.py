@@ -1,4 +1,4 @@
-"""A client for ``hybridret serve``: the :class:`~hybridret.searcher.Searcher` interface over HTTP
+"""A client for ``hybridret serve``: the :class:`~hybridret.search.searcher.Searcher` interface over HTTP
 (a :class:`~hybridret.types.SearchBackend`).
 
 >>> from hybridret.client import Client
@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import numpy as np
@@ -33,9 +33,11 @@ from .errors import (
     IndexReadOnlyError,
 )
 from .filters import Filter, FilterError
-from .grouping import DEFAULT_GROUP_SIZE
 from .index.expiry import check_ttl
 from .types import Group, Hit, MatchedTerm, Snippet
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .search.request import SearchRequest
 
 __all__ = ["AuthenticationError", "Client", "ClientClosedError", "RemoteHits", "ServerError", "ServerUnavailableError"]
 
@@ -204,7 +206,7 @@ class Client:
     """HTTP client of one ``hybridret serve`` server. Thread-safe (one connection pool); use it as a
     context manager or call :meth:`close`.
 
-    A drop-in for a :class:`~hybridret.searcher.Searcher`: arguments are checked here the way the
+    A drop-in for a :class:`~hybridret.search.searcher.Searcher`: arguments are checked here the way the
     searcher checks them (the same :class:`ConfigError` / :class:`CorpusFormatError` before any
     request), and a client pickles (as its URL, key and timeout; the copy opens its own
     connections), so it goes wherever a searcher goes (worker processes, Ray tasks)."""
@@ -281,65 +283,30 @@ class Client:
         raise ServerError(message, status=resp.status_code, type=kind)
 
     # -- reads --
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Filter | Mapping[str, Any] | str | None = None, fusion: Mapping[str, Any] | Any | None = None,
-               candidates: int | None = None, with_text: bool = True, offset: int = 0,
-               group_by: str | None = None, group_size: int | None = None, rerank: bool = False,
-               rerank_depth: int | None = None, relevance: bool = False) -> RemoteHits:
+    def search(self, queries: str | Sequence[str] | SearchRequest, k: int | None = None, *, with_text: bool = True,
+               **options: Any) -> RemoteHits:
         """As :meth:`Searcher.search` (the :class:`~hybridret.types.SearchBackend` signature, plus
-        ``with_text``): ``(len(queries), k)`` results, run on the server. The arguments are checked
-        as :meth:`Searcher.search` checks them (the method name by the server, which knows its
-        retrievers). ``offset``, ``group_by`` / ``group_size`` as in the library (grouped:
-        ``hits.groups(i)``, arrays ``(nq, k * group_size)``); ``rerank=True`` reranks with the
-        cross-encoder the server was started with (``hybridret serve --rerank DIR``),
-        ``rerank_depth`` hits deep; ``relevance=True``: each hit's calibrated relevance in [0, 1]
-        (``hits.relevance``, ``Hit.relevance``), computed by the server."""
-        from .searcher import check_k, check_queries
+        ``with_text``): ``(len(queries), k)`` results, run on the server. The options are those of
+        a :class:`~hybridret.search.request.SearchRequest`, checked here as the searcher checks them
+        (the method name by the server, which knows its retrievers). ``offset``, ``group_by`` /
+        ``group_size`` as in the library (grouped: ``hits.groups(i)``, arrays ``(nq, k * group_size)``);
+        ``rerank=True`` reranks with the cross-encoder the server was started with
+        (``hybridret serve --rerank DIR``), ``rerank_depth`` hits deep; ``relevance=True``: each hit's
+        calibrated relevance in [0, 1] (``hits.relevance``, ``Hit.relevance``), computed by the server.
+        ``threads`` is the server's setting, not a request's."""
+        from .search.request import SearchRequest
 
-        texts = check_queries(queries)
-        k = check_k(k)
-        if not isinstance(method, str):
-            raise ConfigError(f"method must be a string, got {type(method).__name__}")
-        if candidates is not None:
-            candidates = check_k(candidates, "candidates")
+        req = SearchRequest.of(queries, k, **options)
         if not isinstance(with_text, bool):
             raise ConfigError(f"with_text must be true or false, got {with_text!r}")
-        from .searcher import check_stages
-
-        offset, _, _ = check_stages(offset, group_by, group_size, True if rerank is True else None, rerank_depth)
-        if not isinstance(rerank, bool):
-            raise ConfigError(f"rerank must be true or false through a server (it reranks with the folder the "
-                              f"server was started with), got {rerank!r}")
-        body: dict[str, Any] = {"k": k, "method": method, "with_text": with_text}
-        if offset:
-            body["offset"] = offset
-        if group_by is not None:
-            body["group_by"] = group_by
-        if group_size is not None:
-            body["group_size"] = group_size
-        if rerank:
-            body["rerank"] = True
-        if rerank_depth is not None:
-            body["rerank_depth"] = rerank_depth
-        from .relevance import check_relevance
-
-        if check_relevance(relevance):
-            body["relevance"] = True
+        body = {**req.body(), "with_text": with_text}
+        texts, k, method = list(req.queries), req.k, req.method
         keep = [i for i, t in enumerate(texts) if t.strip()]  # blank queries get no hits, as in a Searcher
         if len(keep) == 1 and isinstance(queries, str):
+            del body["queries"]
             body["query"] = queries
         else:
             body["queries"] = [texts[i] for i in keep]
-        if filter is not None:
-            body["filter"] = dict(filter.spec) if isinstance(filter, Filter) else filter
-            if not isinstance(filter, Filter):
-                from .filters import parse_filter
-
-                parse_filter(filter)  # the searcher's checks, here, before any request
-        if fusion is not None:
-            body["fusion"] = _fusion_body(fusion)
-        if candidates is not None:
-            body["candidates"] = candidates
         if keep:
             data = self._request("POST", "/search", body)
         else:  # nothing to search; the width follows the index, as a Searcher's does
@@ -348,10 +315,9 @@ class Client:
         found, searched = iter(data["results"]), set(keep)
         data = {**data, "results": [next(found) if i in searched else {"query": t, "hits": []}
                                     for i, t in enumerate(texts)]}
-        size = group_size if group_size is not None else DEFAULT_GROUP_SIZE
-        out = RemoteHits.from_response(data, min(k, int(data.get("k", k))), group_size=size if group_by is not None else 0,
-                                       offset=offset)
-        if relevance and out.relevance is None:  # asked for, no hits: all padding, as in Hits
+        out = RemoteHits.from_response(data, min(k, int(data.get("k", k))), group_size=req.group_size or 0,
+                                       offset=req.offset)
+        if req.relevance and out.relevance is None:  # asked for, no hits: all padding, as in Hits
             out.relevance = np.full(out.ids.shape, np.nan)
         return out
 
@@ -391,7 +357,7 @@ class Client:
         ``{"id", "title", "text", "metadata"}`` in written order, from ``offset`` on, at most ``limit``
         (``None``: all). Read a page at a time through ``POST /documents/list``; when a commit lands
         between two pages the listing starts again, so the documents returned are those of one commit."""
-        from .index.listing import check_page
+        from .search.listing import check_page
 
         offset, limit = check_page(offset, limit)
         body = self._list_body(filter)
@@ -472,18 +438,6 @@ class Client:
 
     def compact(self) -> dict[str, Any]:
         return self._request("POST", "/compact")
-
-
-def _fusion_body(fusion: Any) -> dict[str, Any]:
-    """Fusion settings as the server takes them, checked as the searcher checks them."""
-    from .hybrid import FusionConfig
-
-    if isinstance(fusion, FusionConfig):
-        return fusion.to_dict()
-    if not isinstance(fusion, Mapping):
-        raise ConfigError(f"fusion must be a FusionConfig or a mapping of settings, got {type(fusion).__name__}")
-    FusionConfig.from_dict(fusion)
-    return dict(fusion)
 
 
 def _documents(documents: Any) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 A method is ``"hybrid"`` (the index's tuned fusion, else the default GQR), the name of a retriever
 in :data:`hybridret.retrievers.REGISTRY` (``dense``, ``sparse``, ``bm25`` and any registered at run
-time with :func:`hybridret.retrievers.register`), or a fusion method (:data:`FUSION_METHODS`).
+time with :func:`hybridret.retrievers.register`), or a fusion method (the built-in
+:data:`FUSION_METHODS`, and any registered with :func:`hybridret.fusion.register_fusion`).
 
 The retriever names are passed in (``method_names(REGISTRY)``) and read at call time, so a
 retriever registered after import is a method everywhere at once. This module imports nothing but
@@ -25,16 +26,17 @@ FUSION_METHODS: tuple[str, ...] = ("linear", "rrf", "gqr")
 RESERVED: tuple[str, ...] = (HYBRID, *FUSION_METHODS)
 
 
-def method_names(retrievers: Iterable[str]) -> tuple[str, ...]:
+def method_names(retrievers: Iterable[str], fusions: Iterable[str] = FUSION_METHODS) -> tuple[str, ...]:
     """Every search method: ``hybrid``, then the retrievers given (in order), then the fusion
-    methods. ``retrievers`` is the registry's names, e.g. ``method_names(REGISTRY)``."""
-    return (HYBRID, *retrievers, *FUSION_METHODS)
+    methods. ``retrievers`` is the registry's names, e.g. ``method_names(REGISTRY)``; ``fusions``
+    the fusion methods' (default: the built-in ones; all now: ``hybridret.fusion.FUSERS``)."""
+    return (HYBRID, *retrievers, *fusions)
 
 
-def check_method(method: object, retrievers: Iterable[str]) -> str:
-    """``method`` if it is a search method over ``retrievers``, else :class:`ConfigError` naming
-    the methods there are."""
-    names = method_names(retrievers)
+def check_method(method: object, retrievers: Iterable[str], fusions: Iterable[str] = FUSION_METHODS) -> str:
+    """``method`` if it is a search method over ``retrievers`` and ``fusions``, else
+    :class:`ConfigError` naming the methods there are."""
+    names = method_names(retrievers, fusions)
     if not isinstance(method, str) or method not in names:
         raise ConfigError(f"unknown method {method!r}; expected one of {', '.join(names)}")
     return method

@@ -2,7 +2,7 @@
 
 It composes the two sides: writes go through :class:`~hybridret.indexer.IndexWriter` (build, add,
 upsert, delete, compact: each one atomic commit), searches through a
-:class:`~hybridret.searcher.Searcher` over the latest snapshot, refreshed after each write.
+:class:`~hybridret.search.searcher.Searcher` over the latest snapshot, refreshed after each write.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from ._runtime import prepare_native_libraries
 from .encoders import Encoder, PairedEncoder
 from .errors import ConfigError, IndexExistsError, IndexFormatError
 from .filters import Filter
-from .hybrid import FusionConfig
+from .fusion.config import FusionConfig
 from .index.dense_auto import AUTO_MIN_ROWS
 from .index.expiry import Clock, check_clock
 from .index.lock import WriterLock
 from .index.manifest import MANIFEST, collect_garbage, commit, link_file, link_tree, read_manifest
 from .indexer import DEFAULT_SETTINGS, IndexWriter, WriteResult, count_words, parts_across_segments, summary_logger
 from .retrievers import QueryBatch
-from .searcher import METHODS, EncoderSlot, Searcher
+from .search.request import SearchRequest
+from .search.searcher import METHODS, EncoderSlot, Searcher
 from .types import Hits
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -358,12 +359,12 @@ class HybridRetriever:
             self._after_write(w)
 
     def set_relevance(self, calibration: Any) -> None:
-        """Store (or with ``None`` clear) the relevance calibration (:func:`hybridret.calibrate.calibrate`)
+        """Store (or with ``None`` clear) the relevance calibration (:func:`hybridret.search.calibrate.calibrate`)
         that ``search(..., relevance=True)`` uses for this index, before the shipped one."""
-        from .relevance import Calibration
+        from .search.relevance import Calibration
 
         if calibration is not None and not isinstance(calibration, Calibration):
-            raise ConfigError(f"set_relevance takes a hybridret.relevance.Calibration or None, got "
+            raise ConfigError(f"set_relevance takes a hybridret.search.relevance.Calibration or None, got "
                               f"{type(calibration).__name__}")
         if self._root is None:
             raise ConfigError("the retriever has no index yet")
@@ -493,7 +494,7 @@ class HybridRetriever:
         """See :meth:`Searcher.documents`: every document matching ``filter``, in written order
         (``[]`` before the first write)."""
         if self._searcher is None:
-            from .index.listing import check_page
+            from .search.listing import check_page
 
             check_page(offset, limit)
             return []
@@ -508,20 +509,14 @@ class HybridRetriever:
             return 0
         return self._searcher.count(filter)
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               threads: int | None = None, offset: int = 0, group_by: str | None = None,
-               group_size: int | None = None, rerank: Any = None, rerank_depth: int | None = None,
-               relevance: Any = False) -> Hits:
-        """See :meth:`Searcher.search` (``threads``: this call's thread budget, ``None``: every core;
-        ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``: pages, groups, reranking;
-        ``relevance=True``: each hit's calibrated relevance in [0, 1], :mod:`hybridret.relevance`)."""
+    def search(self, queries: str | Sequence[str] | SearchRequest, k: int | None = None, **options: Any) -> Hits:
+        """See :meth:`Searcher.search`: ``search(queries, k=10, **options)`` with the options of a
+        :class:`~hybridret.search.request.SearchRequest` (``threads``: this call's thread budget,
+        ``None``: every core; ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``:
+        pages, groups, reranking; ``relevance=True``: each hit's calibrated relevance in [0, 1])."""
         if self._searcher is None:
             raise ConfigError("the retriever has no index yet: call index() or load()")
-        return self._searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
-                                     threads=threads, offset=offset, group_by=group_by, group_size=group_size,
-                                     rerank=rerank, rerank_depth=rerank_depth, relevance=relevance)
+        return self._searcher.search(queries, k, **options)
 
 
 def _complete_copy(seg: Any, there: Path, target_manifest: dict[str, Any] | None) -> bool:

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError
 from .eval import evaluate, run_from_rows
-from .hybrid import FUSION_CHUNK, Candidates, FusionConfig, fuse, gather_candidates
-from .refine import GQRConfig
+from .fusion.config import FUSION_CHUNK, FusionConfig, GQRConfig, fuse
+from .fusion.gather import gather_candidates
+from .fusion.scores import Candidates
 from .retrievers import REGISTRY
 
 if TYPE_CHECKING:  # pragma: no cover

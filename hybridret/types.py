@@ -31,7 +31,7 @@ class MatchedTerm:
 
 @dataclass(frozen=True)
 class Snippet:
-    """A window of a hit's text (:func:`hybridret.snippets.make_snippets`): ``text`` =
+    """A window of a hit's text (:func:`hybridret.search.snippets.make_snippets`): ``text`` =
     ``hit.text[start:end]``; ``highlights`` are the ``(start, end)`` spans of its matched words,
     relative to ``text``."""
 
@@ -63,11 +63,11 @@ class Snippet:
 class Hit:
     """One search result, with the score of each retriever that took part (and ``"rerank"``, the
     reranker's, when one ran). ``snippets``: the best window(s) of the text with the matched words'
-    spans (:class:`~hybridret.snippets.Snippet`). In grouped results ``group`` is the key of the
+    spans (:class:`~hybridret.search.snippets.Snippet`). In grouped results ``group`` is the key of the
     hit's group (the value of the ``group_by`` field, or the id of a document without it) and
     ``rank`` is its group's rank; otherwise ``rank`` counts from ``offset + 1``. ``relevance``: the
     calibrated probability that the hit is relevant, in [0, 1] (``search(..., relevance=True)``,
-    see :mod:`hybridret.relevance`), else ``None``."""
+    see :mod:`hybridret.search.relevance`), else ``None``."""
 
     id: str
     rank: int
@@ -247,19 +247,20 @@ class SearchResults(Protocol):
 
 @runtime_checkable
 class SearchBackend(Protocol):
-    """Anything that searches like a :class:`~hybridret.searcher.Searcher` and returns stored
+    """Anything that searches like a :class:`~hybridret.search.searcher.Searcher` and returns stored
     documents by id: ``Searcher``, ``HybridRetriever``, ``ShardedSearcher``,
     ``hybridret.client.Client`` and the server's ``LocalBackend`` / ``ShardedBackend``. The CLI,
     the server and the framework adapters take any of them.
 
-    ``filter`` is a :class:`~hybridret.filters.Filter`, a filter mapping or its JSON text;
-    ``fusion`` a :class:`~hybridret.hybrid.FusionConfig` or its mapping (typed ``Any`` here so that
-    this module needs neither). Implementations may add keyword-only parameters with defaults
-    (``partial=``, ``with_text=``). ``isinstance(x, SearchBackend)`` checks that both methods exist.
+    ``search(queries, k, **options)``: ``queries`` a string, a list of them or a
+    :class:`~hybridret.search.request.SearchRequest`; ``k`` (``None``: 10, or the request's);
+    ``options`` the request's fields (``method=``, ``filter=``, ``fusion=``, ``candidates=``, ``offset=``,
+    ...; typed ``Any`` here so that this module needs none of them), each checked by the request.
+    Implementations may add keyword-only parameters with defaults (``partial=``, ``with_text=``).
+    ``isinstance(x, SearchBackend)`` checks that both methods exist.
     """
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid", filter: Any = None,
-               fusion: Any = None, candidates: int | None = None) -> SearchResults: ...
+    def search(self, queries: Any, k: int | None = None, **options: Any) -> SearchResults: ...
 
     def get(self, ids: str | Sequence[str]) -> list[dict[str, Any] | None]: ...
 

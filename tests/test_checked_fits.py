@@ -12,17 +12,9 @@ import pytest
 from _text_only import TextOnly, build
 
 from hybridret import Searcher
-from hybridret.calibrate import (
-    MAX_LOGIT,
-    Judged,
-    calibrate,
-    calibration_methods,
-    check_fit,
-    fit_calibration,
-    fit_logistic,
-)
 from hybridret.errors import ConfigError
-from hybridret.rerank import Reranker
+from hybridret.search.calibrate import MAX_LOGIT, Judged, calibrate, calibration_methods, check_fit, fit_calibration, fit_logistic
+from hybridret.search.rerank import Reranker
 
 
 def _deep_lists(seed: int = 0, queries: int = 30, depth: int = 300) -> tuple[np.ndarray, np.ndarray]:

@@ -130,7 +130,7 @@ def test_readme_cli_cheap_commands_run(workdir, capsys):
 
 def test_readme_states_the_rrf_and_linear_defaults():
     """The README says which retrievers `rrf` and `linear` fuse when no fusion= is given: the defaults."""
-    from hybridret.plan import default_fusion
+    from hybridret.search.plan import default_fusion
 
     text = " ".join(README.read_text(encoding="utf-8").split())
     assert "Without `fusion=`, `rrf` and `linear` fuse **dense + learned sparse** only (linear: min-max)" in text

@@ -7,7 +7,7 @@ import pytest
 from numpy.testing import assert_allclose, assert_array_equal
 
 from hybridret.errors import ConfigError
-from hybridret.fusion import candidate_union, linear_fusion, normalise, rrf_fusion
+from hybridret.fusion.scores import candidate_union, linear_fusion, normalise, rrf_fusion
 
 T, F = True, False
 NINF = -np.inf
@@ -187,7 +187,7 @@ def test_candidate_union_edge_cases():
 
 
 def test_top_mask_picks_best_listed_ties_by_position():
-    from hybridret.refine import top_mask
+    from hybridret.fusion.gqr import top_mask
 
     scores = np.array([[5.0, 9.0, 9.0, 1.0, 7.0]])
     listed = np.array([[T, T, T, T, F]])  # 7.0 is not in this retriever's own list
@@ -200,7 +200,7 @@ def test_top_mask_picks_best_listed_ties_by_position():
 
 
 def test_agreement_hand_computed():
-    from hybridret.refine import agreement
+    from hybridret.fusion.gqr import agreement
 
     # 6 candidates, k = 2. tops: a = {0, 1}, b = {1, 2}, c = {4, 5}
     exact = {"a": np.array([[9.0, 8, 1, 1, 1, 1]]), "b": np.array([[1.0, 8, 9, 1, 1, 1]]),
@@ -217,7 +217,7 @@ def test_agreement_hand_computed():
 
 
 def test_agreement_weights_hand_computed():
-    from hybridret.refine import agreement_weights
+    from hybridret.fusion.gqr import agreement_weights
 
     agree = {"sparse": np.array([0.45, 0.0]), "bm25": np.array([0.15, 0.0])}
     w = agreement_weights({"sparse": 0.5, "bm25": 0.5}, agree, floor=0.05)

@@ -144,7 +144,7 @@ def test_group_commit_off_commits_each_write_alone(retriever):
 def test_a_read_does_not_wait_for_a_refresh_in_progress(retriever, paired_encoder):
     """While one thread opens a newer commit (the server's writer after its commit), a search that
     notices the commit goes on with the snapshot it has instead of waiting for the lock."""
-    from hybridret.searcher import Searcher
+    from hybridret.search.searcher import Searcher
 
     searcher = Searcher(retriever.path, encoder=paired_encoder)
     retriever.add([{"id": "n1", "text": "a newer commit"}])  # another writer commits

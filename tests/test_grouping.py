@@ -14,9 +14,9 @@ from _tiny_models import tiny_cross_encoder
 
 from hybridret import HybridRetriever
 from hybridret.errors import ConfigError
-from hybridret.rerank import CrossEncoderReranker, Reranker
 from hybridret.retrievers import REGISTRY, score_rows, vectors_of
-from hybridret.snippets import WordMatcher, literal_terms, make_snippets
+from hybridret.search.rerank import CrossEncoderReranker, Reranker
+from hybridret.search.snippets import WordMatcher, literal_terms, make_snippets
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "hybridret" / "resources" / "sample"

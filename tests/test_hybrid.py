@@ -9,7 +9,7 @@ import pytest
 
 from hybridret import ConfigError, HybridRetriever
 from hybridret.cli import main
-from hybridret.hybrid import FusionConfig
+from hybridret.fusion.config import FusionConfig
 
 QUERIES = ["how do plants make sugar from light", "who wrote hamlet", "frozen rivers carving valleys",
            "digital money on a blockchain", "the of and"]
@@ -176,7 +176,8 @@ def test_hybrid_default_is_agreement_guided_gqr_and_old_configs_keep_fixed_weigh
 
 def test_fuse_without_snapshot_from_candidate_vectors(retriever):
     """The coordinator contract: with Candidates.vectors, fuse needs no snapshot and gives the same result."""
-    from hybridret.hybrid import fuse, gather_candidates
+    from hybridret.fusion.config import fuse
+    from hybridret.fusion.gather import gather_candidates
 
     r, _ = retriever
     snap = r.searcher.snapshot
@@ -201,8 +202,8 @@ def test_final_guide_by_hand():
     """GQR's ``final_guide``: rank by z(refined dense) + w * z(guide). With no Adam steps the refined
     query is the original one, so the scores can be written down: dense [0.6, 0.8, 0.0] has z-scores
     [0.392, 0.981, -1.373]; BM25 [3, 0, 0] has [1.414, -0.707, -0.707]."""
-    from hybridret.hybrid import Candidates, fuse
-    from hybridret.refine import GQRConfig
+    from hybridret.fusion.scores import Candidates
+    from hybridret.fusion.config import GQRConfig, fuse
     from hybridret.retrievers import QueryBatch
 
     vectors = np.eye(3, dtype=np.float32)[None]  # candidate i's vector is e_i
@@ -227,17 +228,19 @@ def test_final_guide_by_hand():
         GQRConfig(final_guide=-1)
 
 
-def test_fuse_dispatches_through_the_method_table(monkeypatch):
-    """Every FusionConfig method has an entry in hybrid.FUSERS, fuse runs exactly that entry (GQR's
-    is refine.fuse_gqr), an unknown method is a ConfigError, and a method added to the table is usable."""
-    import hybridret.hybrid as hybrid
-    from hybridret.refine import fuse_gqr
+def test_fuse_dispatches_through_the_method_table():
+    """Every built-in fusion method has an entry in FUSERS (GQR's is gqr.GQRFusion), fuse runs exactly
+    that entry, an unknown method is a ConfigError, and a method registered from outside is usable."""
+    from hybridret.fusion import FUSERS, FusionMethod, fuse, register_fusion, unregister_fusion
+    from hybridret.fusion.gqr import GQRFusion
+    from hybridret.fusion.scores import Candidates, select
+    from hybridret.methods import FUSION_METHODS
     from hybridret.retrievers import QueryBatch
 
-    assert hybrid.FUSION_METHODS == tuple(hybrid.FUSERS) == ("linear", "rrf", "gqr")
-    assert hybrid.FUSERS["gqr"] is fuse_gqr
+    assert FUSION_METHODS == tuple(FUSERS) == ("linear", "rrf", "gqr")
+    assert isinstance(FUSERS["gqr"], GQRFusion) and FUSERS["gqr"].vectors
     with pytest.raises(TypeError):
-        hybrid.FUSERS["x"] = fuse_gqr  # read-only: methods are added in the table's one definition
+        FUSERS["x"] = FUSERS["gqr"]  # read-only: methods are added with register_fusion
     rng = np.random.default_rng(3)
     vectors = rng.normal(size=(2, 6, 4)).astype(np.float32)
     dense = rng.normal(size=(2, 4)).astype(np.float32)
@@ -246,11 +249,11 @@ def test_fuse_dispatches_through_the_method_table(monkeypatch):
     exact = {"dense": np.where(valid, np.einsum("nd,nmd->nm", dense, vectors), -np.inf),
              "sparse": rng.uniform(0, 5, size=(2, 6)), "bm25": rng.uniform(0, 9, size=(2, 6))}
     listed = {n: valid & (rng.uniform(size=(2, 6)) < 0.7) for n in exact}
-    cands = hybrid.Candidates(rows, exact, listed, vectors=np.where(valid[..., None], vectors, 0.0))
+    cands = Candidates(rows, exact, listed, vectors=np.where(valid[..., None], vectors, 0.0))
     q = QueryBatch(["a", "b"], dense=dense)
-    for method in hybrid.FUSION_METHODS:
+    for method in FUSION_METHODS:
         cfg = FusionConfig(method, retrievers=("dense", "sparse", "bm25"))
-        got, want = hybrid.fuse(cfg, cands, 3, None, q), hybrid.FUSERS[method](cfg, cands, 3, None, q)
+        got, want = fuse(cfg, cands, 3, None, q), FUSERS[method].fuse(cfg, cands, 3, None, q)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
         assert got[0].shape == (2, 3) and set(got[2]) >= {"dense", "sparse", "bm25"}
@@ -259,14 +262,20 @@ def test_fuse_dispatches_through_the_method_table(monkeypatch):
     rogue = FusionConfig("rrf")
     object.__setattr__(rogue, "method", "vibes")  # past FusionConfig's check: fuse still names the problem
     with pytest.raises(ConfigError, match="unknown fusion method 'vibes'"):
-        hybrid.fuse(rogue, cands, 3, None, q)
+        fuse(rogue, cands, 3, None, q)
 
-    def by_position(config, cands, k, snap, q, *, filt=None, threads=None):
-        return hybrid.select(cands.rows, -np.arange(cands.rows.shape[1], dtype=float)[None].repeat(len(q), 0),
-                             cands.exact, k)
+    class ByPosition(FusionMethod):
+        name = "position"
 
-    table = {**hybrid.FUSERS, "position": by_position}
-    monkeypatch.setattr(hybrid, "FUSERS", table)
-    monkeypatch.setattr(hybrid, "FUSION_METHODS", tuple(table))
-    got = hybrid.fuse(FusionConfig("position"), cands, 3, None, q)
-    assert got[0].tolist() == [[0, 1, 2], [6, 7, 8]]
+        def fuse(self, config, cands, k, snap, q, *, filt=None, threads=None):
+            return select(cands.rows, -np.arange(cands.rows.shape[1], dtype=float)[None].repeat(len(q), 0),
+                          cands.exact, k)
+
+    register_fusion(ByPosition())
+    try:
+        got = fuse(FusionConfig("position"), cands, 3, None, q)
+        assert got[0].tolist() == [[0, 1, 2], [6, 7, 8]]
+    finally:
+        unregister_fusion("position")
+    with pytest.raises(ConfigError, match="unknown fusion method 'position'"):
+        FusionConfig("position")

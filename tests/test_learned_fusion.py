@@ -11,7 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _learned_fusion as LF  # noqa: E402
 
-from hybridret.hybrid import Candidates  # noqa: E402
+from hybridret.fusion.scores import Candidates  # noqa: E402
 
 NAMES = ("dense", "sparse", "bm25")
 

@@ -20,7 +20,7 @@ from _serving import serving
 from hybridret import HybridRetriever
 from hybridret.errors import ConfigError
 from hybridret.filters import MAX_IN_VALUES, FilterError
-from hybridret.hybrid import MAX_CANDIDATES, FusionConfig
+from hybridret.fusion.config import MAX_CANDIDATES, FusionConfig
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}

@@ -16,8 +16,7 @@ import pytest
 
 from hybridret.errors import ConfigError
 from hybridret.methods import FUSION_METHODS, HYBRID, check_method, check_retriever_name, method_names
-from hybridret.retrievers import BUILTIN as BUILTIN_RETRIEVERS
-from hybridret.retrievers import REGISTRY, RETRIEVERS, Retriever, register, unregister
+from hybridret.retrievers import REGISTRY, RETRIEVERS, BUILTIN as BUILTIN_RETRIEVERS, Retriever, register, unregister
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN = ("hybrid", "dense", "sparse", "bm25", "sparse_approx", "linear", "rrf", "gqr")
@@ -84,7 +83,7 @@ def retriever(tmp_path_factory, paired_encoder, small_corpus):
 
 
 def calibration_methods() -> tuple[str, ...]:
-    from hybridret.calibrate import calibration_methods as methods
+    from hybridret.search.calibrate import calibration_methods as methods
 
     return methods()
 
@@ -117,15 +116,19 @@ def test_the_list_is_hybrid_the_registry_and_the_fusion_methods():
     assert method_names(BUILTIN_RETRIEVERS) == BUILTIN
     assert RETRIEVERS == ("dense", "sparse", "bm25")  # fused by default; sparse_approx is opt-in
     assert method_names(REGISTRY) == (HYBRID, *REGISTRY, *FUSION_METHODS)
-    from hybridret.hybrid import FUSION_METHODS as fusion_of_hybrid
-    from hybridret.searcher import METHODS
+    from hybridret.methods import FUSION_METHODS as fusion_of_hybrid
+    from hybridret.search.searcher import METHODS
 
     assert fusion_of_hybrid is FUSION_METHODS
     assert METHODS == BUILTIN == __import__("hybridret").METHODS
 
 
+ALL_AVAILABLE = {name: True for name in REGISTRY}
+
+
 def test_cli_api_and_searcher_accept_the_same_methods(retriever):
-    from hybridret.searcher import check_search
+    from hybridret.search.plan import plan_search
+    from hybridret.search.request import SearchRequest as Request
     from hybridret.serve.app import SearchRequest, create_app
 
     names = method_names(REGISTRY)
@@ -138,12 +141,12 @@ def test_cli_api_and_searcher_accept_the_same_methods(retriever):
     assert tuple(info) == tuple(enum) == names
     for m in names:
         assert SearchRequest(query="x", method=m).method == m
-        check_search("x", 1, m, None, None)
+        assert plan_search(Request("x", 1, method=m), available=ALL_AVAILABLE).method == m
     for bad in ("vector", "", "Hybrid", "title_words"):
         with pytest.raises(ValueError, match="method"):
             SearchRequest(query="x", method=bad)
         with pytest.raises(ConfigError, match="unknown method"):
-            check_search("x", 1, bad, None, None)
+            plan_search(Request("x", 1, method=bad), available=ALL_AVAILABLE)
 
 
 # -- a retriever registered at run time ----------------------------------------------------------------

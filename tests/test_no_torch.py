@@ -58,7 +58,7 @@ def says(fn):
 from hybridret.encoders import DenseEncoder, SpladeEncoder
 says(lambda: DenseEncoder(backend="torch"))
 says(lambda: SpladeEncoder(device="cuda"))
-from hybridret.rerank import CrossEncoderReranker
+from hybridret import CrossEncoderReranker
 import shutil, pathlib
 from hybridret.models import resolve_model
 ce = pathlib.Path({str(tmp_path)!r}) / "ce"

@@ -1,4 +1,4 @@
-"""The search plan (hybridret/plan.py): plan_search's defaults, fallbacks and errors, the generic
+"""The search plan (hybridret/search/plan.py): plan_search's defaults, fallbacks and errors, the generic
 collection-statistics hook, and the one executor that the local and the sharded searcher share."""
 
 from __future__ import annotations
@@ -14,16 +14,26 @@ import numpy as np
 import pytest
 from _text_only import build
 
-import hybridret.hybrid as hybrid
-import hybridret.plan as plan_mod
-import hybridret.searcher as searcher_mod
+import hybridret.search.run as run_mod
+import hybridret.search.searcher as searcher_mod
 from hybridret.errors import ConfigError
-from hybridret.hybrid import HYBRID_DEFAULT, FusionConfig
+from hybridret.fusion.builtin import HYBRID_DEFAULT
+from hybridret.fusion.config import FusionConfig
+from hybridret.fusion.gather import gather_candidates
 from hybridret.index.snapshot import open_snapshot
-from hybridret.plan import SnapshotSource, default_fusion, fused_search, plan_search
 from hybridret.retrievers import REGISTRY, QueryBatch
 from hybridret.retrievers.rm3 import RM3Retriever
-from hybridret.searcher import Searcher
+from hybridret.search.plan import default_fusion, plan_search
+from hybridret.search.request import SearchRequest
+from hybridret.search.run import fused_search
+from hybridret.search.searcher import Searcher
+from hybridret.search.source import SnapshotSource
+
+
+def plan(texts, k, method, *, available, stored_fusion=None, require=True, where="this index", **options):
+    """plan_search of the request ``SearchRequest(texts, k, method=method, **options)``."""
+    return plan_search(SearchRequest(texts, k, method=method, **options), available=available,
+                       stored_fusion=stored_fusion, require=require, where=where)
 
 ALL = {"dense": True, "sparse": True, "bm25": True}
 WORDS = "cat dog river bank money boat sail storm tree forest leaf lake wind green quick fox".split()
@@ -43,58 +53,58 @@ def text_index(tmp_path_factory) -> Path:
 
 # -- plan_search ---------------------------------------------------------------------------------------
 def test_hybrid_default_plan():
-    p = plan_search(QUERIES, 10, "hybrid", available=ALL)
+    p = plan(QUERIES, 10, "hybrid", available=ALL)
     assert p.fusion == HYBRID_DEFAULT and p.single is None and p.label == "hybrid:gqr"
     assert p.retrievers == ("dense", "sparse", "bm25") and p.needs == {"dense", "sparse"}
     assert p.depth == HYBRID_DEFAULT.depth and p.stats == ("bm25",) and p.vectors
     assert p.keep == (0, 1, 3, 4, 5, 6) and p.kept_texts == [QUERIES[i] for i in p.keep]
-    assert plan_search(QUERIES, 500, "hybrid", available=ALL).depth == 500  # never shallower than k
+    assert plan(QUERIES, 500, "hybrid", available=ALL).depth == 500  # never shallower than k
 
 
 def test_single_retriever_plans():
-    p = plan_search(["a"], 7, "dense", available=ALL)
+    p = plan(["a"], 7, "dense", available=ALL)
     assert (p.single, p.fusion, p.label, p.depth, p.needs, p.stats) == ("dense", None, "dense", 7, {"dense"}, ())
-    p = plan_search(["a"], 7, "bm25", available=ALL, candidates=50)  # candidates: fused methods only
+    p = plan(["a"], 7, "bm25", available=ALL, candidates=50)  # candidates: fused methods only
     assert p.depth == 7 and p.needs == frozenset() and p.stats == ("bm25",)
 
 
 def test_fallbacks_when_bm25_or_sparse_is_absent():
-    no_bm25 = plan_search(["a"], 10, "hybrid", available={**ALL, "bm25": False})
+    no_bm25 = plan(["a"], 10, "hybrid", available={**ALL, "bm25": False})
     assert no_bm25.fusion.guide == {"sparse": 0.5} and no_bm25.retrievers == ("dense", "sparse")
     assert no_bm25.stats == () and no_bm25.label == "hybrid:gqr"
-    no_sparse = plan_search(["a"], 10, "hybrid", available={**ALL, "sparse": False})
+    no_sparse = plan(["a"], 10, "hybrid", available={**ALL, "sparse": False})
     assert no_sparse.fusion.guide == {"bm25": 0.5} and no_sparse.needs == {"dense"}
-    assert plan_search(["a"], 10, "linear", available={**ALL, "sparse": False}).fusion.retrievers == ("dense", "bm25")
-    no_dense = plan_search(["a"], 10, "hybrid", available={**ALL, "dense": False})
+    assert plan(["a"], 10, "linear", available={**ALL, "sparse": False}).fusion.retrievers == ("dense", "bm25")
+    no_dense = plan(["a"], 10, "hybrid", available={**ALL, "dense": False})
     assert no_dense.label == "hybrid:linear" and no_dense.fusion.retrievers == ("sparse", "bm25")
-    only_bm25 = plan_search(["a"], 10, "hybrid", available={"dense": False, "sparse": False, "bm25": True})
+    only_bm25 = plan(["a"], 10, "hybrid", available={"dense": False, "sparse": False, "bm25": True})
     assert (only_bm25.single, only_bm25.label, only_bm25.fusion) == ("bm25", "hybrid:bm25", None)
     assert default_fusion("hybrid", available={"dense": False, "sparse": True, "bm25": False}) is None
 
 
 def test_candidates_override_and_stored_fusion():
-    p = plan_search(["a"], 10, "rrf", available=ALL, candidates=5)
+    p = plan(["a"], 10, "rrf", available=ALL, candidates=5)
     assert p.fusion.depth == 5 and p.depth == 10  # the depth is never below k
-    assert plan_search(["a"], 10, "rrf", available=ALL, candidates=40).depth == 40
+    assert plan(["a"], 10, "rrf", available=ALL, candidates=40).depth == 40
     stored = FusionConfig(method="linear", retrievers=("dense", "bm25"), depth=30).to_dict()
-    p = plan_search(["a"], 10, "hybrid", available=ALL, stored_fusion=stored)
+    p = plan(["a"], 10, "hybrid", available=ALL, stored_fusion=stored)
     assert p.label == "hybrid:linear" and p.fusion.retrievers == ("dense", "bm25") and p.depth == 30
-    assert plan_search(["a"], 10, "linear", available=ALL, stored_fusion=stored).fusion.depth == 30
-    assert plan_search(["a"], 10, "rrf", available=ALL, stored_fusion=stored).fusion == FusionConfig(method="rrf")
-    explicit = plan_search(["a"], 10, "rrf", available=ALL, fusion={"retrievers": ["sparse", "bm25"]})
+    assert plan(["a"], 10, "linear", available=ALL, stored_fusion=stored).fusion.depth == 30
+    assert plan(["a"], 10, "rrf", available=ALL, stored_fusion=stored).fusion == FusionConfig(method="rrf")
+    explicit = plan(["a"], 10, "rrf", available=ALL, fusion={"retrievers": ["sparse", "bm25"]})
     assert explicit.fusion.method == "rrf" and explicit.retrievers == ("sparse", "bm25")
 
 
 def test_missing_component_errors():
     with pytest.raises(ConfigError, match="this index has no dense component"):
-        plan_search(["a"], 10, "dense", available={**ALL, "dense": False})
+        plan(["a"], 10, "dense", available={**ALL, "dense": False})
     with pytest.raises(ConfigError, match="this sharded index has no BM25 component"):
-        plan_search(["a"], 10, "rrf", available={**ALL, "bm25": False}, fusion={"retrievers": ["dense", "bm25"]},
+        plan(["a"], 10, "rrf", available={**ALL, "bm25": False}, fusion={"retrievers": ["dense", "bm25"]},
                     where="this sharded index")
     with pytest.raises(ConfigError, match="no learned-sparse component"):
-        plan_search(["a"], 10, "sparse", available={**ALL, "sparse": False})
+        plan(["a"], 10, "sparse", available={**ALL, "sparse": False})
     # an index without rows searches to nothing whatever the method
-    assert plan_search(["a"], 10, "dense", available={**ALL, "dense": False}, require=False).single == "dense"
+    assert plan(["a"], 10, "dense", available={**ALL, "dense": False}, require=False).single == "dense"
 
 
 # -- the statistics hook ---------------------------------------------------------------------------------
@@ -128,7 +138,7 @@ def test_fused_search_is_the_plan_executor(text_index, monkeypatch):
     hits = Searcher(snapshot=snap).search([t for t in QUERIES if t.strip()], k=5, method="rrf", fusion=cfg)
     np.testing.assert_array_equal(rows, hits.rows)
     np.testing.assert_allclose(scores, hits.scores)
-    monkeypatch.setattr(plan_mod, "FUSION_CHUNK", 2)  # several chunks: the same results
+    monkeypatch.setattr(run_mod, "FUSION_CHUNK", 2)  # several chunks: the same results
     rows2, scores2, comps2 = fused_search(cfg, 5, snap, q)
     np.testing.assert_array_equal(rows, rows2)
     np.testing.assert_allclose(scores, scores2)
@@ -137,10 +147,10 @@ def test_fused_search_is_the_plan_executor(text_index, monkeypatch):
 
 def test_local_search_runs_the_plan(text_index):
     s = Searcher(text_index)
-    with mock.patch.object(searcher_mod, "run_plan", wraps=plan_mod.run_plan) as spy:
+    with mock.patch.object(searcher_mod, "run_plan", wraps=run_mod.run_plan) as spy:
         hits = s.search(QUERIES, k=4, method="bm25")
         s.search(QUERIES[:2], k=4, method="rrf", fusion={"retrievers": ["bm25"]})
-    assert spy.call_count == 2 and searcher_mod.run_plan is plan_mod.run_plan
+    assert spy.call_count == 2 and searcher_mod.run_plan is run_mod.run_plan
     assert hits.method == "bm25" and not hits.ids[2].any() and not hits.ids[7].any()  # blank: no hits
     assert hits.ids[0].all() and set(hits.components) == {"bm25"}
     assert np.isnan(hits.components["bm25"][2]).all()
@@ -150,8 +160,8 @@ def test_gather_candidates_passes_statistics(text_index):
     """``stats`` reaches every retriever's prepare: the snapshot's own statistics change nothing."""
     snap = open_snapshot(text_index)
     q = QueryBatch(["cat dog", "river bank"])
-    own = hybrid.gather_candidates(("bm25",), 8, snap, q)
-    given = hybrid.gather_candidates(("bm25",), 8, snap, q, stats={"bm25": REGISTRY["bm25"].statistics(snap, q)})
+    own = gather_candidates(("bm25",), 8, snap, q)
+    given = gather_candidates(("bm25",), 8, snap, q, stats={"bm25": REGISTRY["bm25"].statistics(snap, q)})
     np.testing.assert_array_equal(own.rows, given.rows)
     np.testing.assert_allclose(own.exact["bm25"], given.exact["bm25"], rtol=1e-6)
 
@@ -187,10 +197,10 @@ def sharded(text_index, tmp_path_factory):
 def test_both_searchers_call_the_one_plan_function(text_index, sharded):
     import hybridret.distributed.searcher as dsearcher
 
-    assert dsearcher.run_plan is plan_mod.run_plan is searcher_mod.run_plan
+    assert dsearcher.run_plan is run_mod.run_plan is searcher_mod.run_plan
     one = Searcher(text_index)
-    with mock.patch.object(searcher_mod, "run_plan", wraps=plan_mod.run_plan) as local_spy, \
-            mock.patch.object(dsearcher, "run_plan", wraps=plan_mod.run_plan) as sharded_spy:
+    with mock.patch.object(searcher_mod, "run_plan", wraps=run_mod.run_plan) as local_spy, \
+            mock.patch.object(dsearcher, "run_plan", wraps=run_mod.run_plan) as sharded_spy:
         a = one.search(QUERIES, k=6, method="bm25")
         b = sharded.search(QUERIES, k=6, method="bm25")
     assert local_spy.call_count == 1 and sharded_spy.call_count == 1
@@ -204,12 +214,12 @@ def test_both_searchers_call_the_one_plan_function(text_index, sharded):
 def test_sharded_source_refusals(sharded, monkeypatch):
     from hybridret.distributed.source import ShardedSource
 
-    source = ShardedSource(sharded, list(sharded.commits.values()))
-    research = plan_search(["a"], 5, "gqr", available=ALL, fusion={"method": "gqr", "gqr": {"final": "research"}})
+    source = ShardedSource(sharded.pool, list(sharded.commits.values()), sharded.shard_infos)
+    research = plan(["a"], 5, "gqr", available=ALL, fusion={"method": "gqr", "gqr": {"final": "research"}})
     with pytest.raises(ConfigError, match="final='research' is not available on a sharded index"):
         source.check(research)
     monkeypatch.setitem(REGISTRY, "bm25+rm3", RM3Retriever())
     with pytest.raises(ConfigError, match="bm25\\+rm3 is not available on a sharded index"):
-        source.check(plan_search(["a"], 5, "bm25+rm3", available={**ALL, "bm25+rm3": True}))
+        source.check(plan(["a"], 5, "bm25+rm3", available={**ALL, "bm25+rm3": True}))
     with pytest.raises(ConfigError, match="this sharded index has no dense component"):
         sharded.search("cat", k=3, method="dense")

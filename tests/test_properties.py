@@ -388,7 +388,7 @@ _fusion_key = st.sampled_from(["method", "retrievers", "weights", "normalisation
 @example(data={"weights": {}})  # found by hypothesis: {} came back from to_dict as None
 def test_fusion_settings_are_a_config_or_a_config_error(data):
     from hybridret.errors import ConfigError
-    from hybridret.hybrid import MAX_CANDIDATES, FusionConfig
+    from hybridret.fusion.config import MAX_CANDIDATES, FusionConfig
 
     try:
         cfg = FusionConfig.from_dict(data)

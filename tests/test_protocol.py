@@ -12,7 +12,7 @@ from hybridret.client import Client, RemoteHits
 from hybridret.distributed.searcher import ShardedSearcher
 from hybridret.errors import ConfigError
 from hybridret.retriever import HybridRetriever
-from hybridret.searcher import Searcher
+from hybridret.search.searcher import Searcher
 from hybridret.types import Hits, SearchBackend, SearchResults
 
 pytest.importorskip("fastapi")
@@ -23,13 +23,12 @@ from _serving import serving  # noqa: E402
 from hybridret.serve.backends import LocalBackend, ServeBackend, ShardedBackend, load_backend  # noqa: E402
 
 SIX = (Searcher, HybridRetriever, ShardedSearcher, Client, LocalBackend, ShardedBackend)
-#: name, kind and default of the shared parameters of ``search``, after ``self``
+#: name, kind and default of the shared parameters of ``search``, after ``self``: the queries (or a
+#: SearchRequest) and ``k`` (``None``: 10, or the request's); the options of a SearchRequest come last,
+#: as ``**options`` (one definition of them: the request's fields)
 SEARCH = [("queries", inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.empty),
-          ("k", inspect.Parameter.POSITIONAL_OR_KEYWORD, 10),
-          ("method", inspect.Parameter.KEYWORD_ONLY, "hybrid"),
-          ("filter", inspect.Parameter.KEYWORD_ONLY, None),
-          ("fusion", inspect.Parameter.KEYWORD_ONLY, None),
-          ("candidates", inspect.Parameter.KEYWORD_ONLY, None)]
+          ("k", inspect.Parameter.POSITIONAL_OR_KEYWORD, None)]
+OPTIONS = ("options", inspect.Parameter.VAR_KEYWORD, inspect.Parameter.empty)
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +54,9 @@ def test_each_class_has_the_search_signature(cls):
     assert params[0].name == "self"
     shared = [(p.name, p.kind, p.default) for p in params[1:len(SEARCH) + 1]]
     assert shared == SEARCH, cls
-    for extra in params[len(SEARCH) + 1:]:  # partial=, with_text=: optional keywords only
+    last = params[-1]
+    assert (last.name, last.kind, last.default) == OPTIONS, cls
+    for extra in params[len(SEARCH) + 1:-1]:  # partial=, with_text=: optional keywords only
         assert extra.kind == inspect.Parameter.KEYWORD_ONLY and extra.default is not inspect.Parameter.empty, extra
     get = list(inspect.signature(cls.get).parameters.values())
     assert [p.name for p in get[:2]] == ["self", "ids"], cls
@@ -65,7 +66,7 @@ def test_each_class_has_the_search_signature(cls):
 
 def test_the_protocol_itself_has_that_signature():
     params = list(inspect.signature(SearchBackend.search).parameters.values())[1:]
-    assert [(p.name, p.kind, p.default) for p in params] == SEARCH
+    assert [(p.name, p.kind, p.default) for p in params] == [*SEARCH, OPTIONS]
 
 
 def test_instances_satisfy_it_and_answer_alike(retriever, url):

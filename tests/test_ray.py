@@ -23,7 +23,7 @@ from hybridret.distributed.reshard import reshard  # noqa: E402
 from hybridret.distributed.searcher import ShardedSearcher  # noqa: E402
 from hybridret.distributed.shard import ShardUnavailableError  # noqa: E402
 from hybridret.index.snapshot import open_snapshot  # noqa: E402
-from hybridret.searcher import Searcher  # noqa: E402
+from hybridret.search.searcher import Searcher  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 BENCH = Path(__file__).resolve().parents[1] / "indexes"
@@ -195,8 +195,8 @@ def test_filtered_search_equals_one_index(searchers, local_index):
 
 def test_hybrid_candidates_and_chunks_equal_one_index(searchers, local_index, monkeypatch):
     """The default ``hybrid`` (GQR with agreement-weighted guides), a ``candidates`` override and
-    batches run a few queries at a time (hybridret.plan's chunking, both sides) equal one index."""
-    import hybridret.plan as plan
+    batches run a few queries at a time (hybridret.search.run's chunking, both sides) equal one index."""
+    import hybridret.search.run as run
     from hybridret.distributed.source import ShardedSource
 
     for kw in ({"method": "hybrid"}, {"method": "rrf", "candidates": 5}, {"method": "linear", "candidates": 30}):
@@ -206,7 +206,7 @@ def test_hybrid_candidates_and_chunks_equal_one_index(searchers, local_index, mo
         assert_same(one, many)
     assert one.method == "linear" and many.method == "linear"
     assert searchers[2].search(QUERIES[:2], k=3).method == "hybrid:gqr"
-    monkeypatch.setattr(plan, "FUSION_CHUNK", 4)
+    monkeypatch.setattr(run, "FUSION_CHUNK", 4)
     monkeypatch.setattr(ShardedSource, "top_chunk", 4)
     for method in ("bm25", "gqr", "hybrid"):
         assert_same(local_index.search(QUERIES, k=10, method=method), searchers[3].search(QUERIES, k=10, method=method))
@@ -384,7 +384,7 @@ def test_cli_index_and_search_with_ray(built3, work, corpus, local_index, capsys
 def test_grouped_paged_and_reranked_search_equals_one_index(searchers, local_index):
     """Grouping (by the numeric ``year`` field), pages and a reranker run the same plan and stages
     on 2 shards as on one index: same groups, same group scores, same chunks."""
-    from hybridret.rerank import Reranker
+    from hybridret.search.rerank import Reranker
 
     class ByLength(Reranker):
         def scores(self, query, passages):

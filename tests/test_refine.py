@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from hybridret.errors import ConfigError
-from hybridret.refine import GQRConfig, gqr_refine, kl_loss_grad, masked_softmax
+from hybridret.fusion.config import GQRConfig
+from hybridret.fusion.gqr import gqr_refine, kl_loss_grad, masked_softmax
 
 
 def _problem(n: int = 6, m: int = 12, d: int = 16, seed: int = 0):
@@ -107,14 +108,14 @@ def _reference_refine(q0, D, valid, target, cfg):
 
 
 def test_blocked_refine_equals_the_plain_adam_loop():
-    from hybridret.refine import GQR_BLOCK
+    from hybridret.fusion.gqr import GQR_BLOCK
 
     n = GQR_BLOCK + 5  # two blocks, the second partly filled
     q, D, valid, guide = _problem(n=n, m=20, d=16, seed=5)
     valid[GQR_BLOCK:, 11:] = False  # the second block is cut to 11 columns
     valid[3, 4:] = False
     cfg = GQRConfig(steps=30, lr=2e-3)
-    from hybridret.fusion import normalise
+    from hybridret.fusion.scores import normalise
 
     scores0 = np.einsum("nd,nmd->nm", q, D)
     target = (0.5 * masked_softmax(scores0 / cfg.t_dense, valid)
@@ -124,7 +125,7 @@ def test_blocked_refine_equals_the_plain_adam_loop():
 
 
 def test_guide_signal_single_raw_and_per_query_weighted_mixture():
-    from hybridret.refine import guide_signal
+    from hybridret.fusion.gqr import guide_signal
 
     valid = np.array([[True, True, True], [True, True, False]])
     exact = {"sparse": np.array([[1.0, 2.0, 3.0], [4.0, 0.0, 9.0]]), "bm25": np.array([[3.0, 3.0, 0.0], [0.0, 2.0, 5.0]])}
@@ -139,7 +140,7 @@ def test_guide_signal_single_raw_and_per_query_weighted_mixture():
 
 
 def test_adaptive_guide_follows_agreement():
-    from hybridret.refine import adaptive_guide
+    from hybridret.fusion.gqr import adaptive_guide
 
     # dense and sparse share their top 10; BM25's top 10 is elsewhere: BM25's weight shrinks
     m = 30

@@ -15,16 +15,7 @@ import pytest
 
 from hybridret import HybridRetriever, load_qrels, load_queries
 from hybridret.errors import ConfigError
-from hybridret.relevance import (
-    DEFAULT_CALIBRATION,
-    FEATURES,
-    Calibration,
-    LogisticModel,
-    calibration_for,
-    fusion_key,
-    hit_ranks,
-    monotone,
-)
+from hybridret.search.relevance import DEFAULT_CALIBRATION, FEATURES, Calibration, LogisticModel, calibration_for, fusion_key, hit_ranks, monotone
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _serving import serving  # noqa: E402
@@ -181,7 +172,7 @@ def test_relevant_hits_score_higher_and_nonsense_scores_low(retriever):
 
 
 def test_calibrate_fits_stores_and_search_uses_it(retriever):
-    from hybridret.calibrate import calibrate
+    from hybridret.search.calibrate import calibrate
 
     cal = calibrate(retriever, QUERIES, QRELS, k=10)
     assert cal.holds_for(retriever.searcher.snapshot.manifest["encoder"]) and cal.fitted_on["queries"] == 30
@@ -205,7 +196,7 @@ def test_calibrate_fits_stores_and_search_uses_it(retriever):
 def test_calibrate_deeper_than_the_index_fits_a_sound_model(retriever):
     """k beyond the index (every query's list holds all 300 documents): plain Newton steps once
     stored an intercept of -7.7e12 here (every relevance ~1e-8); the fit is sound now (issue #32)."""
-    from hybridret.calibrate import MAX_LOGIT, calibrate
+    from hybridret.search.calibrate import MAX_LOGIT, calibrate
 
     cal = calibrate(retriever, QUERIES, QRELS, k=1000)
     for m in cal.models.values():
@@ -284,7 +275,7 @@ def test_a_hit_a_retriever_did_not_score_is_left_out_of_the_fit() -> None:
     would be stored and break every later relevance search."""
     import numpy as np
 
-    from hybridret.calibrate import Judged, _model
+    from hybridret.search.calibrate import Judged, _model
 
     rng = np.random.default_rng(0)
     dense = rng.normal(size=200)

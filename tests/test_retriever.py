@@ -19,8 +19,8 @@ import pytest
 
 from hybridret import HybridRetriever
 from hybridret.errors import CorpusFormatError, IndexExistsError, IndexFormatError, IndexNotFoundError
-from hybridret.fusion import normalise
-from hybridret.snippets import WordMatcher
+from hybridret.fusion.scores import normalise
+from hybridret.search.snippets import WordMatcher
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,19 +27,18 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from _text_only import TextOnly
-from _text_only import build as build_text_only
+from _text_only import TextOnly, build as build_text_only
 
 from hybridret import HybridRetriever, IndexWriter, Searcher
 from hybridret.errors import ConfigError
 from hybridret.index.bm25 import BM25Store
 from hybridret.index.learned import LearnedIndex
 from hybridret.index.snapshot import Snapshot, SnapshotCache, open_snapshot
-from hybridret.plan import fused_search
 from hybridret.retrievers import REGISTRY, QueryBatch, Retriever, score_rows, search_rows
 from hybridret.retrievers.bm25 import BM25Retriever, bm25_tokens, collection_stats, live_stats
 from hybridret.retrievers.rm3 import RM3Retriever
-from hybridret.searcher import METHODS
+from hybridret.search.run import fused_search
+from hybridret.search.searcher import METHODS
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "hybridret" / "resources" / "sample"

@@ -476,7 +476,7 @@ def test_key_comparison_is_constant_time_and_key_file_checked(tmp_path):
 
 # -- graceful shutdown -------------------------------------------------------------------------------------
 def test_sigterm_during_a_write_lets_it_commit(index, tmp_path, start_server):
-    from hybridret.searcher import Searcher
+    from hybridret.search.searcher import Searcher
 
     copy = tmp_path / "idx"
     shutil.copytree(index[0], copy, ignore=shutil.ignore_patterns("*.lock", "leases"))

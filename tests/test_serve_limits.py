@@ -83,7 +83,7 @@ def test_limits_are_server_settings_checked_at_start():
 
 
 def test_limits_from_the_command_line_and_sigterm_within_the_timeout(chunked, tmp_path, start_server):
-    from hybridret.searcher import Searcher
+    from hybridret.search.searcher import Searcher
 
     copy = tmp_path / "idx"
     shutil.copytree(chunked[0], copy, ignore=shutil.ignore_patterns("*.lock", "leases"))

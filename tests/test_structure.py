@@ -1,16 +1,19 @@
 """The package's import structure, computed with ``ast`` over hybridret/'s source (nothing is imported):
 no import cycle among hybridret modules, and no module importing from a layer above its own.
 
-What counts as an import of module A by module B:
+What counts as an import of module A by module B: **every** ``import`` / ``from ... import`` statement
+in B that names a hybridret module, wherever it stands:
 
-* every ``import`` / ``from ... import`` statement in B that names a hybridret module, at module level
-  **and inside functions and methods** (a deferred import is still a dependency: it only runs later);
-  ``from pkg import name`` counts ``pkg``, and ``pkg.name`` when that is a module;
-* not the imports under ``if TYPE_CHECKING:`` in the cycle check (they never run; annotations may
-  refer both ways), but those too in the layer check (an annotation should not reach up either);
-* the package ``__init__`` modules that importing ``a.b.c`` runs (``a.b``) are checked separately,
-  in the layer check only (:func:`test_importing_a_module_runs_no_package_init_above_it`);
+* at module level, **inside functions and methods** (a deferred import is still a dependency: it only
+  runs later) and **under ``if TYPE_CHECKING:``** (an annotation is a dependency of the reader, and a
+  type-only circle is a file boundary in the wrong place all the same);
+* ``from pkg import name`` counts ``pkg.name`` when that is a module, else ``pkg`` (the name is defined
+  in its ``__init__``);
+* the package ``__init__`` modules that importing ``a.b.c`` runs (``a.b``) are checked separately
+  (:func:`test_importing_a_module_runs_no_package_init_above_it`);
 * not ``importlib.import_module("...")`` with a string (the adapters' lazy framework and client loads).
+
+Both the cycle check and the layer check read every kind, and both allow no exception.
 """
 
 from __future__ import annotations
@@ -28,28 +31,25 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "hybridret.types", "hybridret.models")),
     # index/metadata.py is the metadata schema and its columns (numpy + errors): data and filters read it
     # arrow.py reads Parquet / Arrow rows as documents for data.py's CorpusReader and the writers
-    ("data", ("hybridret.data", "hybridret.arrow", "hybridret.filters", "hybridret.fusion", "hybridret.eval",
+    ("data", ("hybridret.data", "hybridret.arrow", "hybridret.filters", "hybridret.eval",
               "hybridret.runs", "hybridret.irds", "hybridret.index.metadata")),
     ("encoders", ("hybridret.encoders",)),
     # chunking cuts documents into the rows segments hold (data + index.metadata, the encoder duck-typed)
     ("index", ("hybridret.index", "hybridret.chunking")),
     ("retrievers", ("hybridret.retrievers",)),
-    ("fusion", ("hybridret.hybrid", "hybridret.refine")),
-    # the search plan: over retrievers and fusion, under both searchers; its stages (groups, pages,
-    # reranking), what they read (snippets: BM25's analyzer over index/) and the calibrated relevance of
-    # a plan's results (relevance: BM25's statistics over index/ and retrievers/)
-    ("plan", ("hybridret.plan", "hybridret.stages", "hybridret.grouping", "hybridret.rerank",
-              "hybridret.snippets", "hybridret.relevance")),
+    # fusion/: settings, the method table, scores, candidate gathering, GQR (over the retrievers)
+    ("fusion", ("hybridret.fusion",)),
+    # search/: the read side: request, plan, sources, the executor and its stages, what the stages read
+    # (grouping, rerank, snippets, relevance), listing, the Searcher, calibration
+    ("search", ("hybridret.search",)),
     # group_commit: several writes of one IndexWriter in one commit (over the indexer, under the retriever)
-    ("read/write", ("hybridret.searcher", "hybridret.indexer", "hybridret.group_commit")),
-    ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.calibrate", "hybridret.train")),
+    ("write", ("hybridret.indexer", "hybridret.group_commit")),
+    ("facade", ("hybridret.retriever", "hybridret.tune", "hybridret.train")),
     ("services", ("hybridret.client", "hybridret.serve", "hybridret.integrations", "hybridret.distributed")),
     ("cli", ("hybridret.cli", "hybridret.__main__")),
     ("package", ("hybridret",)),  # hybridret/__init__.py: the public API, re-exported from everything below
 ]
 
-#: (importer, imported, why it is allowed, whose fix it is): none today. Add one only with its reason.
-EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 #: package __init__s that run when a module below them is imported, with the reason and the owner of the fix.
 INIT_EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -106,7 +106,9 @@ def _targets(name: str, node: ast.Import | ast.ImportFrom) -> set[str]:
             pkg = ".".join(base + ([node.module] if node.module else []))
         else:
             pkg = node.module or ""
-        found = {pkg} | {f"{pkg}.{a.name}" for a in node.names}
+        subs = {f"{pkg}.{a.name}" for a in node.names if f"{pkg}.{a.name}" in mods}
+        # ``from pkg import sub`` imports the submodule; ``pkg`` itself counts for the names it defines
+        found = subs | ({pkg} if len(subs) < len(node.names) else set())
     return {t for t in found if t in mods and t != name}
 
 
@@ -170,12 +172,12 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_analysis_sees_the_package():
     mods = modules()
-    assert {"hybridret", "hybridret.cli", "hybridret.cli.search", "hybridret.methods", "hybridret.searcher"} <= set(mods)
+    assert {"hybridret", "hybridret.cli", "hybridret.cli.search", "hybridret.methods", "hybridret.search.searcher"} <= set(mods)
     e = edges(False)
-    assert ("hybridret.searcher", "hybridret.methods") in e  # module level
+    assert ("hybridret.search.searcher", "hybridret.methods") in e  # module level
     assert ("hybridret.cli.search", "hybridret.retriever") in e  # inside a function
     assert ("hybridret.cli", "hybridret.cli.search") in e  # from . import search
-    typing_only = ("hybridret.serve.backends", "hybridret.hybrid")  # under `if TYPE_CHECKING:` only
+    typing_only = ("hybridret.search.plan", "hybridret.search.rerank")  # under `if TYPE_CHECKING:` only
     assert typing_only in edges(True) and typing_only not in e
 
 
@@ -185,15 +187,16 @@ def test_every_module_is_in_a_layer():
 
 
 def test_no_import_cycle():
+    """Every import kind counted (module level, in functions, under TYPE_CHECKING): no circle at all."""
     graph: dict[str, set[str]] = {}
-    for a, b in edges(False):
+    for a, b in edges(True):
         graph.setdefault(a, set()).add(b)
     assert _cycles(graph) == []
 
 
 def test_no_upward_import():
     upward = sorted((a, LAYERS[layer_of(a)][0], b, LAYERS[layer_of(b)][0]) for a, b in edges(True)
-                    if layer_of(b) > layer_of(a) and (a, b) not in EXCEPTIONS)
+                    if layer_of(b) > layer_of(a))
     assert upward == [], "\n".join(f"{a} ({la}) imports {b} ({lb})" for a, la, b, lb in upward)
 
 
@@ -209,7 +212,3 @@ def test_importing_a_module_runs_no_package_init_above_it():
     unexplained = sorted(found - set(INIT_EXCEPTIONS))
     assert unexplained == [], unexplained
     assert set(INIT_EXCEPTIONS) <= found, "an exception no longer needed: remove it"
-
-
-def test_the_exceptions_are_still_needed():
-    assert set(EXCEPTIONS) <= edges(True)

@@ -32,18 +32,19 @@ logger = logging.getLogger("hybridret")
 
 # -- arguments ---------------------------------------------------------------------------------------
 def add_method_arg(p: argparse.ArgumentParser, help: str | None = None, *, calibration: bool = False) -> None:
-    """``--method``, its choices read from the retriever registry now (:mod:`hybridret.methods`),
-    so a retriever registered before the parser is built is a choice. ``calibration``: only the
-    methods a relevance calibration can be fitted on (:func:`hybridret.calibrate.calibration_methods`)."""
+    """``--method``, its choices read from the retriever and fusion registries now
+    (:mod:`hybridret.methods`), so a retriever or fusion method registered before the parser is built is a choice. ``calibration``: only the
+    methods a relevance calibration can be fitted on (:func:`hybridret.search.calibrate.calibration_methods`)."""
+    from ..fusion import FUSERS
     from ..methods import method_names
-    from ..retrievers import REGISTRY  # the registry's module loads no model or native library
+    from ..retrievers import REGISTRY  # the registries' modules load no model or native library
 
     if calibration:
-        from ..calibrate import calibration_methods
+        from ..search.calibrate import calibration_methods
 
         choices = list(calibration_methods(REGISTRY))
     else:
-        choices = list(method_names(REGISTRY))
+        choices = list(method_names(REGISTRY, FUSERS))
     p.add_argument("--method", default="hybrid", choices=choices, help=help)
 
 

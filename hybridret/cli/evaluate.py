@@ -112,7 +112,7 @@ def run_tune(args: argparse.Namespace) -> int:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from ..calibrate import calibrate
+    from ..search.calibrate import calibrate
 
     retriever, queries, qrels = judged(args)
     cal = calibrate(retriever, queries, qrels, k=args.k, method=args.method, level=args.relevance_level,

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         with remote_client(args) as client:
             docs = client.get(ids, chunks=args.chunks)
     else:
-        from ..searcher import Searcher
+        from ..search.searcher import Searcher
 
         if args.index is None:  # a usage error (exit 2), as argparse gives for a missing positional
             args.usage_error("the following arguments are required: DIR (or --server URL)")

@@ -70,7 +70,7 @@ def merge_lists(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]], k: i
 def global_union(lists: Mapping[str, np.ndarray]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """The per-query union of several retrievers' global key lists (first-seen order, as
     :func:`hybridret.fusion.candidate_union`) and, per retriever, which union entries it listed."""
-    from ..fusion import candidate_union
+    from ..fusion.scores import candidate_union
 
     union = candidate_union(*lists.values())
     listed = {}

@@ -1,7 +1,7 @@
 """ShardedSearcher: one search over many shard actors, equal to a single index over the same corpus.
 
-A query batch is planned and run exactly as on a single index (:func:`hybridret.plan.plan_search`,
-:func:`hybridret.plan.run_plan`): encoded **once**, here, then searched through a
+A query batch is planned and run exactly as on a single index (:func:`hybridret.search.plan.plan_search`,
+:func:`hybridret.search.run.run_plan`): encoded **once**, here, then searched through a
 :class:`~hybridret.distributed.source.ShardedSource` against one pinned set of shard commits:
 collection statistics (of every retriever that declares them, BM25's among them) summed over the
 shards, each retriever's global top lists merged from the shards' exact scores, and fusion run
@@ -20,32 +20,24 @@ from typing import Any
 
 from ..encoders import Encoder, compare_configs
 from ..errors import ConfigError, DocumentNotFoundError, IndexExistsError, IndexFormatError
-from ..filters import Filter
-from ..grouping import key_values
-from ..hybrid import FusionConfig
-from ..plan import default_fusion, plan_search, run_plan, runnable
-from ..relevance import check_relevance
-from ..rerank import Reranker, load_reranker
+from ..fusion.config import FusionConfig
 from ..retrievers import REGISTRY, QueryBatch
-from ..searcher import EncoderSlot, check_search, check_stages, encode_query_batch
-from ..snippets import WordMatcher, hit_snippets, matched_view
+from ..search.plan import default_fusion, plan_search, runnable
+from ..search.request import SearchRequest
+from ..search.rerank import Reranker, load_reranker
+from ..search.run import hits_of, run_plan
+from ..search.searcher import EncoderSlot, encode_query_batch
+from ..search.snippets import WordMatcher, hit_snippets, matched_view
 from ..types import Hit, Hits, MatchedTerm
 from .layout import ShardLayout, read_layout, split_by_shard
 from .merge import split_key
-from .shard import ShardStaleError, ShardUnavailableError, shard_actor_class
+from .pool import ShardPool, ray_module
+from .shard import ShardStaleError, shard_actor_class
 from .source import ShardedSource
 
 __all__ = ["ShardedSearcher"]
 
 logger = logging.getLogger(__name__)
-
-
-def _ray() -> Any:
-    try:
-        import ray
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise ConfigError("the distributed path needs Ray: pip install 'hybridret[ray]'") from None
-    return ray
 
 
 class ShardedHitSource:
@@ -63,7 +55,7 @@ class ShardedHitSource:
         docs: dict[int, dict[str, Any]] = {}
         for s in sorted(set(shard[shard >= 0].tolist())):
             mine = [int(r) for r in row[shard == s]]
-            got = self.searcher._call_one(s, "docs", self.commits[s], mine)
+            got = self.searcher.pool.call_one(s, "docs", self.commits[s], mine)
             docs.update({int(k): d for k, d in zip(keys[shard == s], got)})
         enc = None
         out: list[Hit] = []
@@ -95,13 +87,12 @@ class ShardedSearcher:
                  device: str | None = None, timeout: float | None = 120.0, owns_actors: bool = True) -> None:
         self.layout = layout
         self.root = layout.root
-        self.actors = actors
         self.names = layout.names
-        self.timeout = timeout
+        self.pool = ShardPool(layout.root, layout.names, actors, timeout)
         self._owns = owns_actors
         self._encoder = EncoderSlot(encoder, layout.encoder, device)
         self._rerankers: dict[str, Reranker] = {}  # cross-encoder folder -> its loaded model
-        infos = self._call("info", [() for _ in actors])
+        infos = self.pool.call_all("info")
         for info in infos:
             diffs = compare_configs(layout.encoder, info["encoder"]) if layout.encoder else []
             if diffs:
@@ -122,7 +113,7 @@ class ShardedSearcher:
         in every shard actor too (they travel pickled, so their classes must be importable there)."""
         from ..retrievers import registered
 
-        ray = _ray()
+        ray = ray_module()
         if not ray.is_initialized():
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         layout = read_layout(root)
@@ -133,32 +124,16 @@ class ShardedSearcher:
                   for i, name in enumerate(layout.names)]
         return cls(layout, actors, encoder=encoder, device=device, timeout=timeout)
 
-    # -- calls to shards ------------------------------------------------------------------------
-    def _call(self, method: str, args: Sequence[tuple[Any, ...]], shards: Sequence[int] | None = None, *,
-              partial: bool = False) -> list[Any]:
-        """Call ``method`` on shards (all by default) at once; a shard that cannot answer raises
-        :class:`ShardUnavailableError` naming it, or with ``partial`` gives ``None``."""
-        ray = _ray()
-        shards = list(range(len(self.actors))) if shards is None else list(shards)
-        refs = [getattr(self.actors[s], method).remote(*a) for s, a in zip(shards, args)]
-        out: list[Any] = []
-        failed: list[str] = []
-        errors: list[str] = []
-        for s, ref in zip(shards, refs):
-            try:
-                out.append(ray.get(ref, timeout=self.timeout))
-            except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
-                failed.append(self.names[s])
-                errors.append(f"{self.names[s]}: {type(exc).__name__}")
-                out.append(None)
-        if failed and not partial:
-            raise ShardUnavailableError(f"shards of {self.root} did not answer {method}: {', '.join(errors)}", failed)
-        return out
-
-    def _call_one(self, s: int, method: str, *args: Any) -> Any:
-        return self._call(method, [args], [s])[0]
-
     # -- state ----------------------------------------------------------------------------------
+    @property
+    def actors(self) -> list[Any]:
+        """The shard actors (``actors[i]`` serves shard ``names[i]``)."""
+        return self.pool.actors
+
+    @property
+    def timeout(self) -> float | None:
+        return self.pool.timeout
+
     @property
     def commits(self) -> dict[str, int]:
         """The commit of each shard that searches read (one consistent set; see :meth:`refresh`)."""
@@ -171,13 +146,13 @@ class ShardedSearcher:
 
     @property
     def num_docs(self) -> int:
-        return int(sum(i["num_docs"] for i in self._call("info", [() for _ in self.actors])))
+        return int(sum(i["num_docs"] for i in self.pool.call_all("info")))
 
     def refresh(self) -> bool:
         """Have every shard open its newest commit, then pin that set in one assignment."""
-        commits = [int(c) for c in self._call("refresh", [() for _ in self.actors])]
+        commits = [int(c) for c in self.pool.call_all("refresh")]
         changed = commits != self._commits
-        self._infos = self._call("info", [() for _ in self.actors])
+        self._infos = self.pool.call_all("info")
         self._commits = commits
         return changed
 
@@ -189,7 +164,7 @@ class ShardedSearcher:
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None
                       ) -> FusionConfig | None:
-        """The same defaults as :meth:`Searcher.fusion_config` (:func:`hybridret.plan.default_fusion`),
+        """The same defaults as :meth:`Searcher.fusion_config` (:func:`hybridret.search.plan.default_fusion`),
         over the shards' common components."""
         return default_fusion(method, fusion, available=self.available(), stored=self._stored_fusion())
 
@@ -202,61 +177,49 @@ class ShardedSearcher:
     def close(self) -> None:
         """Stop the shard actors this searcher started."""
         if self._owns:
-            ray = _ray()
-            for a in self.actors:
-                try:
-                    ray.kill(a, no_restart=True)
-                except Exception:  # already gone
-                    pass
-            self.actors = []
+            self.pool.close()
 
     # -- search ---------------------------------------------------------------------------------
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               partial: bool = False, offset: int = 0, group_by: str | None = None, group_size: int | None = None,
-               rerank: Any = None, rerank_depth: int | None = None, relevance: bool = False) -> Hits:
-        """As :meth:`hybridret.searcher.Searcher.search`, over every shard (``offset``, grouping and
+    def search(self, queries: str | Sequence[str] | SearchRequest, k: int | None = None, *, partial: bool = False,
+               **options: Any) -> Hits:
+        """As :meth:`hybridret.search.searcher.Searcher.search` (the options of a
+        :class:`~hybridret.search.request.SearchRequest`), over every shard (``offset``, grouping and
         reranking included: the same plan and stages). A shard that cannot answer raises
         :class:`ShardUnavailableError` naming it; with ``partial=True`` the others' results are
         returned and ``hits.missing_shards`` names the missing ones (always set). ``relevance=True``
-        is not supported here yet (a :class:`ConfigError`): search a single index for it."""
-        texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
-        if check_relevance(relevance):
+        and ``threads`` are not supported here (a :class:`ConfigError`): search a single index for the
+        first; each shard actor has its own CPUs (``num_cpus``) instead of the second."""
+        req = SearchRequest.of(queries, k, **options)
+        if req.relevance is not False:
             raise ConfigError("relevance=True is not supported on a sharded index yet (the BM25 bound needs the "
                               "shards' summed statistics per query token); search an unsharded index for it")
-        stages = check_stages(offset, group_by, group_size, rerank, rerank_depth)
-        reranker = self.reranker(rerank) if rerank is not None else None
+        if req.threads is not None:
+            raise ConfigError("threads is not supported on a sharded index: each shard actor has its own CPUs "
+                              "(ShardedSearcher.open(num_cpus=...))")
+        if not isinstance(partial, bool):
+            raise ConfigError(f"partial must be true or false, got {partial!r}")
+        reranker = self.reranker(req.rerank) if req.rerank is not None else None
         try:
-            return self._search(texts, k, method, filt, fusion, candidates, partial, stages, reranker)
+            return self._search(req, partial, reranker)
         except ShardStaleError:  # a shard restarted on a newer commit: pin the current set, once
             logger.info("a shard of %s moved to another commit; refreshing and retrying", self.root)
             self.refresh()
-            return self._search(texts, k, method, filt, fusion, candidates, partial, stages, reranker)
+            return self._search(req, partial, reranker)
 
     def reranker(self, rerank: Any) -> Reranker:
-        """``rerank`` as a :class:`~hybridret.rerank.Reranker` (a cross-encoder folder: loaded once,
+        """``rerank`` as a :class:`~hybridret.search.rerank.Reranker` (a cross-encoder folder: loaded once,
         here on the coordinator, on the encoders' device)."""
         if isinstance(rerank, Reranker):
             return rerank
         return load_reranker(rerank, device=self._encoder.device, cache=self._rerankers)
 
-    def _search(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any,
-                candidates: int | None, partial: bool, stages: tuple[int, Any, int] = (0, None, 0),
-                reranker: Reranker | None = None) -> Hits:
-        offset, group, rerank_depth = stages
+    def _search(self, req: SearchRequest, partial: bool, reranker: Reranker | None) -> Hits:
         commits = list(self._commits)  # one consistent set of shard snapshots for the whole call
         live = sum(int(i.get("num_docs", 0)) for i in self._infos)  # at those commits: bounds k and depths
-        plan = plan_search(texts, k, method, available=self.available(), stored_fusion=self._stored_fusion(),
-                           fusion=fusion, candidates=candidates, filt=filt, where="this sharded index", num_docs=live,
-                           offset=offset, group=group, rerank=reranker, rerank_depth=rerank_depth)
-        source = ShardedSource(self, commits, partial=partial)
-        res = run_plan(plan, source, self.encode_queries)
-        hits = Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
-                    components=res.components, query_sparse=res.query_sparse, offset=offset,
-                    group_by=group.field if group else None, group_size=group.size if group else 0,
-                    group_keys=key_values(res.group_keys), group_scores=res.group_scores,
-                    _source=ShardedHitSource(self, commits))
+        plan = plan_search(req, available=self.available(), stored_fusion=self._stored_fusion(),
+                           where="this sharded index", num_docs=live, rerank=reranker)
+        source = ShardedSource(self.pool, commits, self._infos, partial=partial)
+        hits = hits_of(plan, run_plan(plan, source, self.encode_queries), ShardedHitSource(self, commits))
         hits.missing_shards = sorted(source.missing)  # type: ignore[attr-defined]
         return hits
 
@@ -272,7 +235,7 @@ class ShardedSearcher:
                 raise ConfigError(f"document ids are strings, got {i!r}")
         groups = split_by_shard(list(enumerate(ids)), len(self.actors), key=lambda p: p[1])
         touched = [s for s, g in enumerate(groups) if g]
-        got = self._call("get", [([i for _, i in groups[s]],) for s in touched], touched)
+        got = self.pool.call("get", [([i for _, i in groups[s]],) for s in touched], touched)
         out: list[dict[str, Any] | None] = [None] * len(ids)
         for s, docs in zip(touched, got):
             for (pos, _), d in zip(groups[s], docs):
@@ -295,7 +258,7 @@ class ShardedSearcher:
         groups = split_by_shard(docs, len(self.actors), key=lambda d: d.id)
         touched = [s for s, g in enumerate(groups) if g]
         if mode == "add":
-            present = self._call("contains", [([d.id for d in groups[s]],) for s in touched], touched)
+            present = self.pool.call("contains", [([d.id for d in groups[s]],) for s in touched], touched)
             dup = [d.id for s, p in zip(touched, present) for d, there in zip(groups[s], p) if there]
             if dup:
                 raise IndexExistsError(f"{len(dup)} documents are already in {self.root} (first {dup[0]!r}); use "
@@ -307,7 +270,7 @@ class ShardedSearcher:
         shape = {"config": self.layout.encoder or info["encoder"], "representations": info["representations"]}
         args = [(groups[s], mode, shape, {d.full_text: table[d.full_text] for d in groups[s] if d.full_text in table})
                 for s in touched]
-        results = self._call("write", args, touched)
+        results = self.pool.call("write", args, touched)
         self.refresh()
         return _sum_results(results, [self.names[s] for s in touched])
 
@@ -319,18 +282,18 @@ class ShardedSearcher:
         ids = [ids] if isinstance(ids, str) else [str(i) for i in ids]
         groups = split_by_shard(list(dict.fromkeys(ids)), len(self.actors))
         touched = [s for s, g in enumerate(groups) if g]
-        present = self._call("contains", [(groups[s],) for s in touched], touched)
+        present = self.pool.call("contains", [(groups[s],) for s in touched], touched)
         absent = [i for s, p in zip(touched, present) for i, there in zip(groups[s], p) if not there]
         if absent and missing == "error":
             raise DocumentNotFoundError(f"{len(absent)} of {len(ids)} ids are not in {self.root} (first "
                                         f"{absent[0]!r}); nothing was deleted", absent)
-        results = self._call("delete", [(groups[s], "ignore") for s in touched], touched)
+        results = self.pool.call("delete", [(groups[s], "ignore") for s in touched], touched)
         self.refresh()
         return _sum_results(results, [self.names[s] for s in touched])
 
     def compact(self) -> dict[str, Any]:
         """Compact every shard (merge its segments, drop its deleted documents); re-encodes nothing."""
-        results = self._call("compact", [() for _ in self.actors])
+        results = self.pool.call("compact", [() for _ in self.actors])
         self.refresh()
         return _sum_results(results, list(self.names))
 

@@ -1,14 +1,14 @@
 """One shard: an ordinary index directory served by one process (a Ray actor in a cluster).
 
 :class:`ShardServer` is plain Python (``ray.remote`` wraps it, see :func:`shard_actor_class`): it
-holds a read-only :class:`~hybridret.searcher.Searcher` over its directory (whose encoder is never
+holds a read-only :class:`~hybridret.search.searcher.Searcher` over its directory (whose encoder is never
 loaded: queries arrive encoded by the coordinator) and answers the coordinator's phases:
 
 * ``stats``: the shard's collection statistics for a query batch, of every asked retriever that
   declares them (:meth:`Retriever.statistics`; BM25's document count, length and frequencies);
 * ``search``: each retriever's top rows (pre-filtered), and optionally the union of those rows and
   every retriever's exact score of it, computed by the same code as a single index's
-  (:class:`~hybridret.plan.SnapshotSource`, :func:`~hybridret.hybrid.gather_lists`), each
+  (:class:`~hybridret.search.source.SnapshotSource`, :func:`~hybridret.fusion.gather.gather_lists`), each
   retriever prepared with the coordinator's summed statistics;
 * ``vectors`` / ``docs``: stored dense vectors (for GQR) and hit views of given rows.
 
@@ -29,10 +29,10 @@ import numpy as np
 
 from ..errors import ConfigError, HybridRetError
 from ..filters import Filter
-from ..hybrid import gather_lists
+from ..fusion.gather import gather_lists
 from ..index.snapshot import Snapshot
-from ..plan import SnapshotSource
 from ..retrievers import REGISTRY, QueryBatch, vectors_of
+from ..search.source import SnapshotSource
 from .stage_reads import StageReads
 
 __all__ = ["KEPT_SNAPSHOTS", "ShardServer", "ShardStaleError", "ShardUnavailableError", "shard_actor_class"]
@@ -61,7 +61,7 @@ class ShardServer(StageReads):
 
     def __init__(self, root: str, name: str, device: str | None = None, extensions: Sequence[Any] = ()) -> None:
         from ..retrievers import register
-        from ..searcher import EncoderSlot, Searcher
+        from ..search.searcher import EncoderSlot, Searcher
 
         for retriever in extensions:  # the coordinator's registered retrievers, before any part is opened
             register(retriever, replace=True)

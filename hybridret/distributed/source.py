@@ -1,4 +1,4 @@
-"""The sharded :class:`~hybridret.plan.CandidateSource`: a search plan's candidates from the shard
+"""The sharded :class:`~hybridret.search.source.CandidateSource`: a search plan's candidates from the shard
 actors, at one pinned set of commits.
 
 Rows are global keys (``shard << SHARD_SHIFT | row``, :mod:`~hybridret.distributed.merge`). For
@@ -13,7 +13,7 @@ a chunk of queries (put in the object store once):
    global top ``depth``, forms the global union, looks each candidate's exact scores up in its
    owning shard's answer and, for GQR, asks the owners for the dense vectors.
 
-Fusion itself then runs once, here, on the global candidates (:func:`hybridret.plan.execute`).
+Fusion itself then runs once, here, on the global candidates (:func:`hybridret.search.run.execute`).
 """
 
 from __future__ import annotations
@@ -24,15 +24,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import ConfigError
-from ..hybrid import FUSION_CHUNK, Candidates
-from ..plan import CandidateSource, SearchPlan
+from ..fusion.config import FUSION_CHUNK, fusion_method
+from ..fusion.scores import Candidates
 from ..retrievers import REGISTRY, QueryBatch
+from ..search.plan import SearchPlan
+from ..search.source import CandidateSource
 from .merge import global_union, key_of, lookup, merge_lists, shard_list, split_key
 from .shard import ShardUnavailableError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..filters import Filter
-    from .searcher import ShardedSearcher
+    from .pool import ShardPool
 
 __all__ = ["ShardedSource"]
 
@@ -45,9 +47,11 @@ class ShardedSource(CandidateSource):
     top_chunk = FUSION_CHUNK  # bounded messages to and from the shards
     snapshot = None
 
-    def __init__(self, searcher: ShardedSearcher, commits: list[int], *, partial: bool = False) -> None:
-        self.searcher = searcher
+    def __init__(self, pool: ShardPool, commits: list[int], infos: list[dict[str, Any]], *,
+                 partial: bool = False) -> None:
+        self.pool = pool
         self.commits = list(commits)
+        self.infos = infos  # each shard's state at those commits
         self.partial = partial
         self.missing: set[str] = set()
         self._id_of: dict[int, str] = {}
@@ -61,12 +65,16 @@ class ShardedSource(CandidateSource):
                 raise ConfigError(f"{name} is not available on a sharded index: one round of summed collection "
                                   "statistics cannot make it equal to a single index")
         cfg = plan.fusion
-        if cfg is not None and cfg.method == "gqr":
-            if any(i["dense_metrics"] not in ([], ["ip"]) for i in self.searcher.shard_infos):
-                raise ConfigError("GQR needs a dense index with inner-product scores (faiss_metric='ip')")
-            if cfg.gqr.final == "research":
-                raise ConfigError("GQR with final='research' is not available on a sharded index; use 'rerank' or "
-                                  "'fuse'")
+        if cfg is None:
+            return
+        method = fusion_method(cfg.method)
+        if method.vectors and any(i["dense_metrics"] not in ([], ["ip"]) for i in self.infos):
+            raise ConfigError(f"{cfg.method} fusion reads the candidates' dense vectors: it needs a dense index with "
+                              "inner-product scores (faiss_metric='ip')")
+        setting = method.snapshot_setting(cfg)
+        if setting is not None:
+            raise ConfigError(f"{cfg.method} fusion with {setting} is not available on a sharded index: it reads the "
+                              "whole index at once; change that setting or search an unsharded index")
 
     # -- calls --------------------------------------------------------------------------------------
     def _put(self, q: QueryBatch) -> Any:
@@ -79,8 +87,8 @@ class ShardedSource(CandidateSource):
 
     def _ask(self, method: str, args: list[tuple[Any, ...]]) -> list[tuple[int, Any]]:
         """``(shard, answer)`` of every shard that answered (all, unless ``partial``)."""
-        s = self.searcher
-        got = s._call(method, args, partial=self.partial)
+        s = self.pool
+        got = s.call(method, args, partial=self.partial)
         self.missing.update(s.names[i] for i, a in enumerate(got) if a is None)
         answered = [(i, a) for i, a in enumerate(got) if a is not None]
         if not answered:
@@ -136,10 +144,10 @@ class ShardedSource(CandidateSource):
         return np.vectorize(lambda x: id_of.get(int(x), ""), otypes=[object])(rows) if rows.size else \
             np.full(rows.shape, "", dtype=object)
 
-    # -- grouping and reranking (hybridret.stages): asked of the owning shards ---------------------
+    # -- grouping and reranking (hybridret.search.run): asked of the owning shards ---------------------
     @property
     def size(self) -> int:
-        return int(sum(int(i["num_docs"]) for i in self.searcher.shard_infos))
+        return int(sum(int(i["num_docs"]) for i in self.infos))
 
     def _per_owner(self, method: str, keys: np.ndarray, *extra: Any, fill: Any, dtype: Any) -> np.ndarray:
         """``method(commit, local rows, *extra)`` on each shard owning some of ``keys`` (the others'
@@ -151,7 +159,7 @@ class ShardedSource(CandidateSource):
         if not owners:
             return out
         args = [(self.commits[s], np.where(shard == s, row, -1), *extra) for s in owners]
-        for s, got in zip(owners, self.searcher._call(method, args, owners)):
+        for s, got in zip(owners, self.pool.call(method, args, owners)):
             mine = shard == s
             out[mine] = np.asarray(got, dtype=dtype)[mine]
         return out
@@ -175,7 +183,7 @@ class ShardedSource(CandidateSource):
         owners = sorted(set(shard[shard >= 0].tolist()))
         ref = self._put(q)
         args = [(self.commits[s], ref, name, np.where(shard == s, row, -1), dict(stats or {})) for s in owners]
-        for s, got in zip(owners, self.searcher._call("score", args, owners)):
+        for s, got in zip(owners, self.pool.call("score", args, owners)):
             mine = shard == s
             out[mine] = np.asarray(got, dtype=np.float32)[mine]
         return out
@@ -188,11 +196,11 @@ class ShardedSource(CandidateSource):
         """The stored dense vectors of global ``keys`` ``(nq, m)`` from their owning shards (zeros at ``-1``)."""
         valid = keys >= 0
         table_keys, inverse = np.unique(keys[valid], return_inverse=True)
-        dim = int(next(i["representations"]["dense"]["dim"] for i in self.searcher.shard_infos))
+        dim = int(next(i["representations"]["dense"]["dim"] for i in self.infos))
         table = np.zeros((len(table_keys), dim), dtype=np.float32)
         shard, row = split_key(table_keys)
         owners = sorted(set(shard.tolist()))
-        got = self.searcher._call("vectors", [(self.commits[s], row[shard == s]) for s in owners], owners)
+        got = self.pool.call("vectors", [(self.commits[s], row[shard == s]) for s in owners], owners)
         for s, v in zip(owners, got):
             table[shard == s] = v
         out = np.zeros((*keys.shape, dim), dtype=np.float32)

@@ -1,6 +1,6 @@
-"""What a shard answers for grouping and reranking (:mod:`hybridret.stages`): a mixin of
+"""What a shard answers for grouping and reranking (:mod:`hybridret.search.run`): a mixin of
 :class:`~hybridret.distributed.shard.ShardServer`, computed by the same code as a single index's
-(:class:`~hybridret.plan.SnapshotSource`), on the commit the coordinator pinned."""
+(:class:`~hybridret.search.source.SnapshotSource`), on the commit the coordinator pinned."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..plan import SnapshotSource
+from ..search.source import SnapshotSource
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..filters import Filter

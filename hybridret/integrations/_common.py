@@ -35,7 +35,7 @@ def as_backend(obj: SearchBackend | str | Path, *, writable: bool = False) -> Se
     framework asks for documents by id); an index directory (``str``/``Path``) opens a read-only
     :class:`~hybridret.Searcher`."""
     if isinstance(obj, (str, Path)):
-        from ..searcher import Searcher
+        from ..search.searcher import Searcher
 
         obj = Searcher(obj)
     if not callable(getattr(obj, "search", None)):
@@ -65,7 +65,7 @@ def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: s
 
 def grouping(group_by: Any, group_size: Any) -> dict[str, Any]:
     """An adapter's grouping settings, checked now (not at the first query)."""
-    from ..grouping import check_group
+    from ..search.grouping import check_group
 
     check_group(group_by, group_size)
     return {"group_by": group_by, "group_size": group_size}

@@ -12,7 +12,7 @@ retriever that took part (``dense``/``sparse``/``bm25``; a retriever that did no
 left out). These four keys win over document metadata fields of the same name. A search with
 relevance (``HybridRetVectorStore.similarity_search_with_relevance_scores``, a retriever with
 ``score_threshold``) adds ``"relevance"``: the calibrated probability in [0, 1] that the hit is
-relevant (:mod:`hybridret.relevance`).
+relevant (:mod:`hybridret.search.relevance`).
 
 Grouped (``group_by="parent_id"``, ``group_size=g``: the top ``k`` documents, each with its best
 ``g`` chunks, in group order), each chunk's metadata also holds ``"group"`` (its document's key:

@@ -140,10 +140,11 @@ class HybridRetLlamaIndexVectorStore(BasePydanticVectorStore):
                 or "." in ref_doc_id_key:
             raise ConfigError(f"ref_doc_id_key must be a metadata key (non-empty, no '.', not starting with '$'), "
                               f"got {ref_doc_id_key!r}")
+        from ..fusion import FUSERS
         from ..methods import check_method
         from ..retrievers import REGISTRY
 
-        check_method(method, REGISTRY)  # a method hybridret does not have fails here, not at the first query
+        check_method(method, REGISTRY, FUSERS)  # a method hybridret does not have fails here, not at the first query
         super().__init__(method=method, ref_doc_id_key=ref_doc_id_key, embed_metadata=embed_metadata, **kwargs)
         self._index = as_backend(index)
         if _is_retriever(self._index) and not self._index.settings.get("store_text", True):

@@ -5,7 +5,7 @@ frameworks and their users already run), the request/response models below are P
 that FastAPI both validates and publishes as OpenAPI (interactive docs at ``/docs`` for free), and
 uvicorn brings a production-grade HTTP/1.1 server with graceful shutdown on SIGTERM/SIGINT.
 
-Reads go to the index's :class:`~hybridret.searcher.Searcher` (thread-safe), through the
+Reads go to the index's :class:`~hybridret.search.searcher.Searcher` (thread-safe), through the
 :class:`~hybridret.serve.batching.MicroBatcher`. Writes go through the one
 :class:`~hybridret.retriever.HybridRetriever` of the process, one commit at a time, concurrent
 adds, upserts and deletes grouped into one commit (:mod:`hybridret.serve.writes`); each is
@@ -72,11 +72,11 @@ from ..errors import (
     WriteCancelledError,
 )
 from ..filters import parse_filter
-from ..hybrid import FusionConfig
+from ..fusion.config import FusionConfig
 from ..index.expiry import check_ttl
 from ..methods import check_method, method_names
 from ..retrievers import REGISTRY
-from ..searcher import check_queries
+from ..search.request import check_queries
 from ..types import SearchBackend, result_json
 from .auth import key_matches
 from .backends import ServeBackend, load_backend
@@ -167,7 +167,7 @@ class SearchRequest(_Strict):
                                           "(linear, rrf, gqr)")
     filter: Union[dict[str, Any], StrictStr, None] = Field(
         None, description='metadata filter applied before top-k, e.g. {"source": "wiki", "year": {"$gte": 2020}}')
-    fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.hybrid.FusionConfig)")
+    fusion: dict[str, Any] | None = Field(None, description="fusion settings (see hybridret.fusion.config.FusionConfig)")
     candidates: StrictInt | None = Field(None, ge=1, le=10_000, description="per-retriever depth of fused methods")
     with_text: StrictBool = Field(True, description="return titles and texts with the hits")
     offset: StrictInt = Field(0, ge=0, le=10_000, description="hits (grouped: groups) skipped: pages")
@@ -519,7 +519,7 @@ class Service:
 
     @property
     def searcher(self) -> SearchBackend:
-        """The backend's searcher: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
+        """The backend's searcher: a :class:`~hybridret.search.searcher.Searcher` or a sharded one."""
         return self.backend.searcher
 
     def fresh(self) -> None:

@@ -24,9 +24,8 @@ from ..types import Hits, SearchBackend
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..distributed.searcher import ShardedSearcher
-    from ..hybrid import FusionConfig
     from ..retriever import HybridRetriever
-    from ..searcher import Searcher
+    from ..search.searcher import Searcher
 
 __all__ = ["LocalBackend", "ServeBackend", "ShardedBackend", "is_sharded", "load_backend"]
 
@@ -41,7 +40,7 @@ class ServeBackend(SearchBackend, Protocol):
 
     @property
     def searcher(self) -> SearchBackend:
-        """What reads go to: a :class:`~hybridret.searcher.Searcher` or a sharded one."""
+        """What reads go to: a :class:`~hybridret.search.searcher.Searcher` or a sharded one."""
 
     def documents(self, filter: Filter | Mapping[str, Any] | str | None, *, offset: int,
                   limit: int | None) -> dict[str, Any]: ...
@@ -65,7 +64,7 @@ def is_sharded(index: str | Path) -> bool:
 
 
 class LocalBackend:
-    """One index: reads from the retriever's :class:`~hybridret.searcher.Searcher`, writes through the retriever."""
+    """One index: reads from the retriever's :class:`~hybridret.search.searcher.Searcher`, writes through the retriever."""
 
     sharded = False
 
@@ -77,15 +76,9 @@ class LocalBackend:
     def searcher(self) -> Searcher:
         return self.retriever.searcher
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               offset: int = 0, group_by: str | None = None, group_size: int | None = None, rerank: Any = None,
-               rerank_depth: int | None = None, relevance: bool = False) -> Hits:
-        """As :meth:`hybridret.searcher.Searcher.search` (pages, groups, reranking and relevance included)."""
-        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
-                                    offset=offset, group_by=group_by, group_size=group_size, rerank=rerank,
-                                    rerank_depth=rerank_depth, relevance=relevance)
+    def search(self, queries: str | Sequence[str], k: int | None = None, **options: Any) -> Hits:
+        """As :meth:`hybridret.search.searcher.Searcher.search` (the options of a ``SearchRequest``)."""
+        return self.searcher.search(queries, k, **options)
 
     def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
         return self.searcher.get(ids, chunks=chunks)
@@ -94,7 +87,7 @@ class LocalBackend:
                   limit: int | None) -> dict[str, Any]:
         """A page of the documents matching ``filter`` (:func:`hybridret.index.listing.list_documents`)
         with the count of all of them and the commit it was read from."""
-        from ..index.listing import list_documents
+        from ..search.listing import list_documents
 
         page = list_documents(self.searcher.current(), filter, offset=offset, limit=limit)
         return {"documents": page.documents, "total": page.total, "offset": page.offset, "commit": page.commit}
@@ -202,15 +195,8 @@ class ShardedBackend:
     def root(self) -> Path:
         return Path(self.searcher.root)
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               offset: int = 0, group_by: str | None = None, group_size: int | None = None, rerank: Any = None,
-               rerank_depth: int | None = None, relevance: bool = False) -> Hits:
-        return self.searcher.search(queries, k, method=method, filter=filter, fusion=fusion, candidates=candidates,
-                                    partial=False, offset=offset, group_by=group_by, group_size=group_size,
-                                    rerank=rerank, rerank_depth=rerank_depth,
-                                    relevance=relevance)  # a missing shard: ShardUnavailableError
+    def search(self, queries: str | Sequence[str], k: int | None = None, **options: Any) -> Hits:
+        return self.searcher.search(queries, k, partial=False, **options)  # a missing shard: ShardUnavailableError
 
     def get(self, ids: str | Sequence[str], *, chunks: bool = False) -> list[dict[str, Any] | None]:
         if chunks:

@@ -20,7 +20,7 @@ The shipped coefficients (:data:`DEFAULT_CALIBRATION`) were fitted for the packa
 (``all-MiniLM-L6-v2`` + ``splade-tiny`` + BM25) on the shared test collections
 (``benchmarks/relevance.py``). An index with other models has no calibration for its dense and
 learned-sparse scores: fit one on judged queries with ``hybridret calibrate``
-(:mod:`hybridret.calibrate`; stored in the index's manifest, used before the shipped one), or
+(:mod:`hybridret.search.calibrate`; stored in the index's manifest, used before the shipped one), or
 search with ``method="bm25"`` (BM25's model holds for any encoder). Import-light: numpy only.
 """
 
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "FUSED_INPUTS", "INPUTS", "Calibration", "HitInputs", "LogisticModel",
            "bm25_bounds", "calibration_for", "check_relevance", "features_of", "fusion_key", "hit_inputs", "hit_ranks",
@@ -62,7 +62,7 @@ def check_relevance(relevance: Any) -> bool:
 
 
 def fusion_key(config: Any) -> dict[str, Any] | None:
-    """The settings of a :class:`~hybridret.hybrid.FusionConfig` that a model's ``score`` holds
+    """The settings of a :class:`~hybridret.fusion.config.FusionConfig` that a model's ``score`` holds
     for: its JSON form without ``depth`` (``candidates``, cut to the index size on a small index;
     docs/relevance.md measures a shallower depth); ``None`` for ``None``."""
     if config is None:
@@ -223,8 +223,8 @@ def sparse_self_scores(query_sparse: Any, n: int) -> np.ndarray:
 def bm25_bounds(snap: Any, texts: Sequence[str]) -> np.ndarray:
     """What each query could score at most in BM25 on this snapshot: ``sum over its analysed
     tokens (repeats count) of (1 + k1) idf`` (a document's term factor is below ``1 + k1``)."""
-    from .index.bm25 import K1, idf
-    from .retrievers.bm25 import bm25_tokens, collection_stats
+    from ..index.bm25 import K1, idf
+    from ..retrievers.bm25 import bm25_tokens, collection_stats
 
     if not snap.segments or not any(s.part("bm25") is not None for s in snap.segments):
         return np.zeros(len(texts))
@@ -281,8 +281,8 @@ class HitInputs:
 
 
 def hit_inputs(snap: Any, plan: Any, res: Any) -> HitInputs:
-    """The model inputs of a search's results ``res`` (a :class:`~hybridret.plan.PlanResult` of the
-    :class:`~hybridret.plan.SearchPlan` ``plan`` on the snapshot ``snap``)."""
+    """The model inputs of a search's results ``res`` (a :class:`~hybridret.search.plan.PlanResult` of the
+    :class:`~hybridret.search.plan.SearchPlan` ``plan`` on the snapshot ``snap``)."""
     texts = list(plan.texts)
     valid = res.rows >= 0
     n = len(texts)
@@ -372,7 +372,7 @@ def relevance_of(cal: Calibration, scores: np.ndarray, inputs: HitInputs) -> np.
 
 
 def search_relevance(relevance: bool | Calibration, snap: Any, plan: Any, res: Any) -> np.ndarray:
-    """The relevance of a search's results ``res`` (a :class:`~hybridret.plan.PlanResult` of
+    """The relevance of a search's results ``res`` (a :class:`~hybridret.search.plan.PlanResult` of
     ``plan``) on the snapshot ``snap`` it ran on: ``relevance`` is ``True`` (the index's
     calibration, :func:`calibration_for`) or a :class:`Calibration` to use."""
     inputs = hit_inputs(snap, plan, res)

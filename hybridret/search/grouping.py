@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .filters import Filter
-    from .index.snapshot import Snapshot
+    from ..filters import Filter
+    from ..index.snapshot import Snapshot
 
 __all__ = ["DEFAULT_GROUP_SIZE", "GroupIndex", "GroupSpec", "check_group", "group_index", "key_value",
            "members_of"]
@@ -155,7 +155,7 @@ def keys_of(snap: Snapshot, rows: np.ndarray, field: str) -> np.ndarray:
 
 def members_of(snap: Snapshot, groups: Sequence[Sequence[Key]], field: str, filt: Filter | None) -> np.ndarray:
     """Per query, every live row matching ``filt`` of its ``groups`` ``(nq, M)``, ``-1`` padded."""
-    from .retrievers.base import allowed_mask
+    from ..retrievers.base import allowed_mask
 
     gi = group_index(snap, field) if snap.num_rows else None
     masks: dict[int, np.ndarray | None] = {}

@@ -2,7 +2,7 @@
 
 ``search(..., rerank=reranker, rerank_depth=n)`` hands each query and the texts (title and text)
 of its first-stage top ``n`` to a :class:`Reranker`; its score becomes the hit's score and its
-``"rerank"`` component, and the hits are ordered by it (see :mod:`hybridret.stages`).
+``"rerank"`` component, and the hits are ordered by it (see :mod:`hybridret.search.run`).
 
 :class:`Reranker` is one method, so any model plugs in. :class:`CrossEncoderReranker` runs a local
 Hugging Face cross-encoder folder (``AutoModelForSequenceClassification``), e.g. one downloaded
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError, EncoderError, ModelNotFoundError
+from ..errors import ConfigError, EncoderError, ModelNotFoundError
 
 __all__ = ["CrossEncoderReranker", "Reranker", "check_rerank", "check_scores", "load_reranker"]
 
@@ -60,7 +60,7 @@ class CrossEncoderReranker(Reranker):
                               "only (a pickled pytorch_model.bin can run code when loaded)")
         if batch_size < 1 or max_length < 8:
             raise ConfigError(f"batch_size must be >= 1 and max_length >= 8, got {batch_size} and {max_length}")
-        from .encoders.backends import pick_device, require_torch
+        from ..encoders.backends import pick_device, require_torch
 
         require_torch("the cross-encoder reranker")
         self.path, self.batch_size, self.max_length = folder, int(batch_size), int(max_length)

@@ -13,10 +13,10 @@ retriever's top list, each candidate scored exactly by every retriever):
 Dense cosines live in [-1, 1] while sparse dot products run to 10-40 and BM25 to 5-30, so each side
 has its own temperature, and guide scores are z-scored over U by default (then ``T_guide = 1``).
 
-Everything GQR does lives here: the settings (:class:`GQRConfig`), the optimiser
+Everything GQR does lives here (its settings are :class:`~hybridret.fusion.config.GQRConfig`): the optimiser
 (:func:`gqr_refine`), the guide (:func:`guide_signal`), its per-query weights from retriever
-agreement (:func:`agreement`, :func:`guide_weights`) and :func:`fuse_gqr`, the fusion method that
-:func:`hybridret.hybrid.fuse` dispatches ``method="gqr"`` to.
+agreement (:func:`agreement`, :func:`guide_weights`), :func:`fuse_gqr` and :class:`GQRFusion`, the
+fusion method ``"gqr"`` (it needs the candidates' dense vectors and a union of dense and its guides).
 
 Agreement is a label-free, per-query signal of how far each retriever can be trusted (query
 performance prediction), computed from the candidate union alone: a retriever whose top list shares
@@ -31,76 +31,24 @@ merges shards computes it once over the global union.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .errors import ConfigError, check_fields
-from .fusion import Candidates, FusedRows, linear_fusion, normalise, select
-from .retrievers import REGISTRY, QueryBatch, score_rows, search_rows, vectors_of
+from ..errors import ConfigError
+from ..retrievers import REGISTRY, QueryBatch, score_rows, search_rows, vectors_of
+from .config import FusionConfig, FusionMethod, GQRConfig
+from .scores import Candidates, FusedRows, linear_fusion, normalise, select
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .filters import Filter
-    from .hybrid import FusionConfig
-    from .index.snapshot import Snapshot
+    from ..filters import Filter
+    from ..index.snapshot import Snapshot
 
-__all__ = ["GQR_BLOCK", "GQRConfig", "adaptive_guide", "agreement", "agreement_weights", "fuse_gqr", "gqr_refine",
+__all__ = ["GQR_BLOCK", "GQRFusion", "adaptive_guide", "agreement", "agreement_weights", "fuse_gqr", "gqr_refine",
            "gqr_scores", "guide_signal", "guide_weights", "kl_loss_grad", "masked_softmax", "top_mask"]
 
-FINAL_MODES = ("rerank", "research", "fuse")
 GQR_BLOCK = 16  # queries optimised together: their candidate vectors stay in cache across the steps
-
-
-@dataclass(frozen=True)
-class GQRConfig:
-    """GQR settings. Defaults were checked on the shared collections (see docs/benchmarks.md)."""
-
-    alpha: float = 0.5  # weight of the guide in the target; 0 leaves the dense ranking unchanged
-    t_dense: float = 0.1  # temperature of the dense (cosine) scores
-    t_guide: float = 1.0  # temperature of the (normalised) guide scores
-    guide_norm: str = "zscore"  # none | minmax | zscore, applied to guide scores over U
-    steps: int = 50
-    lr: float = 1e-3
-    final: str = "rerank"  # rerank U | research the dense index | fuse refined dense with guide
-    # with final="rerank": rank by z(refined dense) + final_guide * z(guide) over U (0: refined dense alone)
-    final_guide: float = 0.0
-
-    def __post_init__(self) -> None:
-        import math
-
-        for name in ("alpha", "t_dense", "t_guide", "lr", "final_guide"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"GQR {name} must be a finite number, got {value!r}")
-        if isinstance(self.steps, bool) or not isinstance(self.steps, int):
-            raise ConfigError(f"GQR steps must be an integer, got {self.steps!r}")
-        if not isinstance(self.final, str) or not isinstance(self.guide_norm, str):
-            raise ConfigError(f"GQR final and guide_norm are names, got {self.final!r} and {self.guide_norm!r}")
-        if not 0.0 <= self.alpha <= 1.0:
-            raise ConfigError(f"GQR alpha must be in [0, 1], got {self.alpha}")
-        if self.t_dense <= 0 or self.t_guide <= 0:
-            raise ConfigError("GQR temperatures must be positive")
-        if self.steps < 0 or self.lr <= 0:
-            raise ConfigError("GQR needs steps >= 0 and lr > 0")
-        if self.final not in FINAL_MODES:
-            raise ConfigError(f"GQR final must be one of {', '.join(FINAL_MODES)}, got {self.final!r}")
-        if not (isinstance(self.final_guide, (int, float)) and 0.0 <= float(self.final_guide) < float("inf")):
-            raise ConfigError(f"GQR final_guide must be a number >= 0, got {self.final_guide!r}")
-        if self.final_guide and self.final != "rerank":
-            raise ConfigError(f"GQR final_guide only applies with final='rerank' (got final={self.final!r})")
-        if self.guide_norm not in ("none", "minmax", "zscore"):
-            raise ConfigError(f"GQR guide_norm must be none, minmax or zscore, got {self.guide_norm!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> GQRConfig:
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"GQR settings must be an object of settings, got {type(data).__name__}")
-        check_fields(cls, data, "GQR")
-        return cls(**data)
 
 
 def masked_softmax(logits: np.ndarray, valid: np.ndarray) -> np.ndarray:
@@ -285,7 +233,7 @@ def guide_weights(config: FusionConfig, cands: Candidates) -> dict[str, float | 
 
 def fuse_gqr(config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
              filt: Filter | None = None, threads: int | None = None) -> FusedRows:
-    """GQR as a fusion method (``method="gqr"`` of :func:`hybridret.hybrid.fuse`): refine each dense
+    """GQR as a fusion method (``method="gqr"``, :class:`GQRFusion`): refine each dense
     query towards its guide over the candidates, then rank with it.
 
     ``config.gqr.final`` says how: ``"rerank"`` ranks the candidates by the refined dense score (plus
@@ -335,3 +283,35 @@ def _research(snap: Snapshot, q: QueryBatch, refined: np.ndarray, k: int, filt: 
     rows, scores = search_rows(dense, snap, q.with_(dense=refined), k, filt, threads=threads)
     comps = {"dense": np.where(rows >= 0, score_rows(dense, snap, q, rows, threads=threads), np.nan).astype(np.float32)}
     return rows, scores, comps
+
+
+class GQRFusion(FusionMethod):
+    """``method="gqr"``: dense is primary and ``config.guide`` names the guides; the union is dense and
+    the guides (not ``config.retrievers``), and the candidates' dense vectors are read."""
+
+    name = "gqr"
+    vectors = True
+    fuses_retrievers = False
+
+    def union(self, config: FusionConfig) -> tuple[str, ...]:
+        return ("dense", *[r for r in config.guide if r != "dense"])
+
+    def check(self, config: FusionConfig) -> None:
+        if not config.guide:
+            raise ConfigError("GQR needs at least one guide retriever (sparse and/or bm25)")
+        if "dense" in config.guide:
+            raise ConfigError("GQR optimises the dense query: dense cannot also be its guide")
+
+    def snapshot_setting(self, config: FusionConfig) -> str | None:
+        return "final='research'" if config.gqr.final == "research" else None
+
+    def fit(self, config: FusionConfig, have: Mapping[str, bool]) -> FusionConfig | None:
+        """Dense and the guides the index has; ``None`` without dense or without any guide."""
+        guide = {r: w for r, w in config.guide.items() if have.get(r)}
+        if have.get("dense") and guide:
+            return config.with_(guide=guide) if guide != dict(config.guide) else config
+        return None
+
+    def fuse(self, config: FusionConfig, cands: Candidates, k: int, snap: Snapshot | None, q: QueryBatch, *,
+             filt: Filter | None = None, threads: int | None = None) -> FusedRows:
+        return fuse_gqr(config, cands, k, snap, q, filt=filt, threads=threads)

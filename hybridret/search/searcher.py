@@ -26,25 +26,27 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ._runtime import prepare_native_libraries
-from .encoders import Encoder, encoder_from_config
-from .encoders.reps import REPRESENTATIONS, encode
-from .errors import ConfigError, StaleSnapshotWarning
-from .filters import Filter, parse_filter
-from .grouping import GroupSpec, check_group, key_values
-from .hybrid import FusionConfig
-from .index.expiry import Clock, check_clock
-from .index.snapshot import Snapshot, open_snapshot
-from .methods import check_method, method_names
-from .plan import PlanResult, SearchPlan, SnapshotSource, default_fusion, plan_search, run_plan, runnable
-from .relevance import Calibration, check_relevance, search_relevance
-from .rerank import Reranker, check_rerank, load_reranker
-from .retrievers import BUILTIN, REGISTRY, QueryBatch
-from .retrievers.base import check_threads
+from .._runtime import prepare_native_libraries
+from ..encoders import Encoder, encoder_from_config
+from ..encoders.reps import REPRESENTATIONS, encode
+from ..errors import ConfigError, StaleSnapshotWarning
+from ..filters import Filter
+from ..fusion.config import FusionConfig
+from ..index.expiry import Clock, check_clock
+from ..index.snapshot import Snapshot, open_snapshot
+from ..methods import method_names
+from ..retrievers import BUILTIN, REGISTRY, QueryBatch
+from ..retrievers.base import check_threads
+from ..types import Hit, Hits, MatchedTerm
+from .plan import PlanResult, SearchPlan, default_fusion, plan_search, runnable
+from .relevance import search_relevance
+from .request import SearchRequest
+from .rerank import Reranker, load_reranker
+from .run import hits_of, run_plan
 from .snippets import WordMatcher, hit_snippets, matched_view
-from .types import Hit, Hits, MatchedTerm
+from .source import SnapshotSource
 
-__all__ = ["METHODS", "HitSource", "Searcher", "check_queries"]
+__all__ = ["METHODS", "HitSource", "Searcher"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,59 +101,6 @@ def _stored(snap: Snapshot, row: int) -> dict[str, Any]:
     return {"id": str(snap.ids[row]), "title": title, "text": text, "metadata": meta}
 
 
-def check_queries(queries: Any) -> list[str]:
-    """A query or a list of queries, validated: strings only, never coerced."""
-    if isinstance(queries, str):
-        queries = [queries]
-    if isinstance(queries, (bytes, Mapping)) or not isinstance(queries, Sequence):
-        raise ConfigError(f"queries must be a string or a list of strings, got {type(queries).__name__}")
-    out = []
-    for i, q in enumerate(queries):
-        if not isinstance(q, str):
-            raise ConfigError(f"query #{i} is a {type(q).__name__}, not a string")
-        try:
-            q.encode("utf-8")
-        except UnicodeEncodeError:
-            raise ConfigError(f"query #{i} is not valid Unicode (a lone surrogate?)") from None
-        out.append(q)
-    return out
-
-
-def check_k(k: Any, name: str = "k") -> int:
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise ConfigError(f"{name} must be a positive integer, got {k!r}")
-    if k < 1:
-        raise ConfigError(f"{name} must be positive, got {k}")
-    return int(k)
-
-
-def check_search(queries: Any, k: Any, method: str, candidates: Any, filter: Any
-                 ) -> tuple[list[str], int, int | None, Filter | None]:
-    """The validated arguments of a search: query texts, ``k``, ``candidates`` and the parsed filter."""
-    texts = check_queries(queries)
-    k = check_k(k)
-    check_method(method, REGISTRY)  # read now: includes retrievers registered after import
-    if candidates is not None:
-        candidates = check_k(candidates, "candidates")
-    return texts, k, candidates, parse_filter(filter)
-
-
-MAX_OFFSET = 100_000
-
-
-def check_offset(offset: Any) -> int:
-    """A page's offset: a non-negative integer (hits, or groups when grouped, skipped)."""
-    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)) or not 0 <= offset <= MAX_OFFSET:
-        raise ConfigError(f"offset must be an integer from 0 to {MAX_OFFSET}, got {offset!r}")
-    return int(offset)
-
-
-def check_stages(offset: Any, group_by: Any, group_size: Any, rerank: Any, rerank_depth: Any
-                 ) -> tuple[int, GroupSpec | None, int]:
-    """The validated page offset, grouping and rerank depth of a search."""
-    return check_offset(offset), check_group(group_by, group_size), check_rerank(rerank, rerank_depth)
-
-
 def encode_query_batch(slot: EncoderSlot, texts: list[str], needs: set[str]) -> QueryBatch:
     """``texts`` encoded into the representations in ``needs`` (``"text"`` needs none); the
     encoder is built on first use, and runs only the models asked for."""
@@ -190,7 +139,7 @@ class HitSource:
 
     def _matched_terms(self, q: sp.csr_matrix, row: int, text: str) -> list[MatchedTerm]:
         """The learned-sparse terms query ``q`` shares with ``row``, literal or expansion decided
-        at word level (:func:`hybridret.snippets.literal_terms`: "star" is literal in "Stars")."""
+        at word level (:func:`hybridret.search.snippets.literal_terms`: "star" is literal in "Stars")."""
         s, local = self.snap.locate(np.array([row]))
         part = self.snap.segments[int(s[0])].part("sparse")
         if part is None:
@@ -251,7 +200,7 @@ class Searcher:
         """``(documents, chunks)`` live now: in an index of chunks (:mod:`hybridret.chunking`) the
         chunks of one document count as one document; ``chunks`` is 0 in an index without chunks,
         where :attr:`num_docs` counts the documents."""
-        from .index.parents import document_counts
+        from ..index.parents import document_counts
 
         return document_counts(self.current())
 
@@ -271,7 +220,7 @@ class Searcher:
             return self._refresh_locked()
 
     def _refresh_locked(self) -> bool:
-        from .index.manifest import read_manifest
+        from ..index.manifest import read_manifest
 
         current = self._snap
         seen = self._stat_manifest()  # before the read: a commit between the two is seen next time
@@ -285,7 +234,7 @@ class Searcher:
         return True
 
     def _stat_manifest(self) -> tuple[int, int, int] | None:
-        from .index.manifest import MANIFEST
+        from ..index.manifest import MANIFEST
 
         try:
             st = os.stat(self.root / MANIFEST)
@@ -353,7 +302,7 @@ class Searcher:
 
     def fusion_config(self, method: str = "hybrid", fusion: FusionConfig | Mapping[str, Any] | None = None,
                       snap: Snapshot | None = None) -> FusionConfig | None:
-        """The fusion settings for a method (:func:`hybridret.plan.default_fusion`): explicit
+        """The fusion settings for a method (:func:`hybridret.search.plan.default_fusion`): explicit
         ``fusion`` first, then what ``hybridret tune`` stored in the index, then defaults
         (``hybrid`` = GQR guided by learned sparse + BM25, the best fixed setting measured in
         docs/fusion.md, its guide weights set per query by the retrievers' top-10 agreement),
@@ -375,7 +324,7 @@ class Searcher:
         chunk order, overlaps counted once, ``num_chunks`` added); ``chunks=True`` adds its chunks
         as stored (``"chunks": [{"id", "title", "text", "metadata"}, ...]``). A chunk's own id
         (``DOC#3``) gives that chunk."""
-        from .index.parents import assemble, chunk_rows
+        from ..index.parents import assemble, chunk_rows
 
         if isinstance(ids, str):
             ids = [ids]
@@ -400,27 +349,25 @@ class Searcher:
         query: ``{"id", "title", "text", "metadata"}`` as :meth:`get` returns them, in the order they
         were written (an upserted document moves to the end), from ``offset`` on, at most ``limit``
         (see :mod:`hybridret.index.listing`). Deleted and expired documents are never listed."""
-        from .index.listing import list_documents
+        from .listing import list_documents
 
         return list_documents(self.current(), filter, offset=offset, limit=limit).documents
 
     def count(self, filter: Filter | Mapping[str, Any] | str | None = None) -> int:
         """How many live documents match ``filter`` (``None``: :attr:`num_docs`); reads no text."""
-        from .index.listing import list_documents
+        from .listing import list_documents
 
         return list_documents(self.current(), filter, limit=0).total
 
-    def search(self, queries: str | Sequence[str], k: int = 10, *, method: str = "hybrid",
-               filter: Filter | Mapping[str, Any] | str | None = None,
-               fusion: FusionConfig | Mapping[str, Any] | None = None, candidates: int | None = None,
-               threads: int | None = None, offset: int = 0, group_by: str | None = None,
-               group_size: int | None = None, rerank: Reranker | str | Path | None = None,
-               rerank_depth: int | None = None, relevance: bool | Calibration = False) -> Hits:
-        """Search. ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
+    def search(self, queries: str | Sequence[str] | SearchRequest, k: int | None = None, **options: Any) -> Hits:
+        """Search: ``search(queries, k=10, **options)`` with the options of a
+        :class:`~hybridret.search.request.SearchRequest` (or a request itself), each checked there.
+
+        ``method``: ``"hybrid"`` (default: the index's tuned fusion, else GQR: the dense
         query refined towards the learned-sparse + BM25 scores of the candidates, each guide weighted
         per query by its top-10 agreement with the other retrievers), one retriever
         (``"dense"``, ``"sparse"``, ``"bm25"``) or a fusion method (``"linear"``, ``"rrf"``,
-        ``"gqr"``, see :class:`FusionConfig`). ``filter`` (see :mod:`hybridret.filters`) is applied
+        ``"gqr"``, a registered one; see :class:`FusionConfig`). ``filter`` (see :mod:`hybridret.filters`) is applied
         before top-k: exact methods return the exact top-k of the matching documents (learned sparse
         and BM25 never return a document that scores 0; HNSW/IVF segments return the matching
         documents their graph or lists reach, see docs/filters.md). ``candidates``
@@ -428,45 +375,35 @@ class Searcher:
         (default: the searcher's; ``None`` there: every core; ``1``: no worker thread). Blank
         queries get no hits. Returns :class:`Hits` of shape ``(len(queries), min(k, live documents))``:
         a ``k`` beyond the index's size costs nothing extra; fused methods rank at most
-        :data:`~hybridret.hybrid.MAX_CANDIDATES` (10 000) per retriever.
+        :data:`~hybridret.fusion.config.MAX_CANDIDATES` (10 000) per retriever.
 
         ``offset``: skip that many hits (grouped: groups); a page is a slice of the unpaginated list
         of the same snapshot. ``group_by`` / ``group_size``: the top ``k`` groups of chunks sharing
         that metadata field's value, with their best ``group_size`` chunks (default 3; see
-        :mod:`hybridret.grouping`: exact for single retrievers). ``rerank``: a
-        :class:`~hybridret.rerank.Reranker` or a local cross-encoder folder scoring the first
+        :mod:`hybridret.search.grouping`: exact for single retrievers). ``rerank``: a
+        :class:`~hybridret.search.rerank.Reranker` or a local cross-encoder folder scoring the first
         stage's top ``rerank_depth`` (default 50); the hits follow its score (see
-        :mod:`hybridret.stages`). ``relevance=True``: also each hit's calibrated relevance in
-        [0, 1] (``Hits.relevance``, ``Hit.relevance``; :mod:`hybridret.relevance`, docs/relevance.md),
+        :mod:`hybridret.search.run`). ``relevance=True``: also each hit's calibrated relevance in
+        [0, 1] (``Hits.relevance``, ``Hit.relevance``; :mod:`hybridret.search.relevance`, docs/relevance.md),
         from the calibration stored in the index or the shipped one of the packaged models; a
-        :class:`~hybridret.relevance.Calibration` uses that one."""
-        texts, k, candidates, filt = check_search(queries, k, method, candidates, filter)
-        if not isinstance(relevance, Calibration):
-            check_relevance(relevance)
-        offset, group, rerank_depth = check_stages(offset, group_by, group_size, rerank, rerank_depth)
-        threads = check_threads(threads) if threads is not None else self.threads
-        reranker = self.reranker(rerank) if rerank is not None else None
-        snap, plan, res = self._run(texts, k, method, filt, fusion, candidates, threads, offset=offset, group=group,
-                                    rerank=reranker, rerank_depth=rerank_depth)
-        rel = search_relevance(relevance, snap, plan, res) if relevance is not False else None
-        return Hits(queries=texts, method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
-                    components=res.components, query_sparse=res.query_sparse, offset=offset,
-                    group_by=group.field if group else None, group_size=group.size if group else 0,
-                    group_keys=key_values(res.group_keys), group_scores=res.group_scores, relevance=rel,
-                    _source=HitSource(snap, self._encoder, self._matcher))
+        :class:`~hybridret.search.relevance.Calibration` uses that one."""
+        req = SearchRequest.of(queries, k, **options)
+        snap, plan, res = self._run(req)
+        rel = search_relevance(req.relevance, snap, plan, res) if req.relevance is not False else None
+        return hits_of(plan, res, HitSource(snap, self._encoder, self._matcher), relevance=rel)
 
-    def _run(self, texts: list[str], k: int, method: str, filt: Filter | None, fusion: Any, candidates: int | None,
-             threads: int, **stages: Any) -> tuple[Snapshot, SearchPlan, PlanResult]:
+    def _run(self, req: SearchRequest) -> tuple[Snapshot, SearchPlan, PlanResult]:
         """Plan and run a checked search on one snapshot (expired documents masked): what
-        :meth:`search` returns the hits of, and :mod:`hybridret.calibrate` fits on."""
+        :meth:`search` returns the hits of, and :mod:`hybridret.search.calibrate` fits on."""
         snap = self.current()
-        plan = plan_search(texts, k, method, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
-                           fusion=fusion, candidates=candidates, filt=filt, require=snap.num_rows > 0,
-                           num_docs=snap.num_docs, **stages)
+        threads = req.threads if req.threads is not None else self.threads
+        reranker = self.reranker(req.rerank) if req.rerank is not None else None
+        plan = plan_search(req, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
+                           require=snap.num_rows > 0, num_docs=snap.num_docs, rerank=reranker)
         return snap, plan, run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
 
     def reranker(self, rerank: Reranker | str | Path) -> Reranker:
-        """``rerank`` as a :class:`~hybridret.rerank.Reranker`: a cross-encoder folder is loaded
+        """``rerank`` as a :class:`~hybridret.search.rerank.Reranker`: a cross-encoder folder is loaded
         once per searcher, on the encoders' device."""
         if isinstance(rerank, Reranker):
             return rerank

@@ -2,8 +2,8 @@
 
 Invalid entries (padding) are marked by ``valid=False`` and never influence statistics.
 :class:`Candidates` holds a gathered union and :func:`select` takes the top-k of fused scores over
-it; both live here (and are re-exported by :mod:`hybridret.hybrid`) so that every fusion method,
-GQR's in :mod:`hybridret.refine` included, builds on this module alone.
+it; both live here so that every fusion method (:mod:`~hybridret.fusion.builtin`,
+:mod:`~hybridret.fusion.gqr`, one registered from outside) builds on this module alone.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["NORMALISATIONS", "Candidates", "FusedRows", "candidate_union", "linear_fusion", "normalise",
            "rrf_fusion", "select"]
@@ -30,7 +30,7 @@ class Candidates:
     """The union of the retrievers' top lists with every retriever's exact scores.
 
     ``vectors`` (optional) holds the stored dense vectors of the rows (zeros for ``-1``): with it,
-    :func:`hybridret.hybrid.fuse` needs no snapshot for any method but GQR's ``final="research"``,
+    :func:`hybridret.fusion.config.fuse` needs no snapshot for any method but GQR's ``final="research"``,
     so a coordinator can fuse a union gathered from shards."""
 
     rows: np.ndarray  # (nq, m), -1 padded
@@ -136,7 +136,6 @@ def rrf_fusion(
     if fused is None or any_valid is None:
         raise ConfigError("rrf_fusion needs at least one retriever's scores")
     return np.where(any_valid, fused, -np.inf)
-
 
 
 def select(union: np.ndarray, fused: np.ndarray, exact: Mapping[str, np.ndarray], k: int) -> FusedRows:

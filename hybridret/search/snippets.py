@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .types import MatchedTerm, Snippet
+from ..types import MatchedTerm, Snippet
 
 __all__ = ["DEFAULT_SNIPPET_WORDS", "Snippet", "WordMatcher", "literal_terms", "make_snippets"]
 
@@ -40,7 +40,7 @@ class WordMatcher:
     def _analyzer(self) -> Any:
         a = getattr(self._local, "analyzer", None)
         if a is None:
-            from .index._tantivy import bm25_analyzer
+            from ..index._tantivy import bm25_analyzer
 
             a = self._local.analyzer = bm25_analyzer()
         return a

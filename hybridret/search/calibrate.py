@@ -1,10 +1,10 @@
 """Fit a relevance calibration on judged queries (``hybridret calibrate``, :func:`calibrate`).
 
-The shipped calibration (:data:`hybridret.relevance.DEFAULT_CALIBRATION`) holds for the packaged
+The shipped calibration (:data:`hybridret.search.relevance.DEFAULT_CALIBRATION`) holds for the packaged
 models only. For an index with other models, or to fit your own domain, :func:`calibrate` searches
 judged queries, labels each hit of the top ``k`` (relevant: a qrels grade >= ``level``; a hit
 without a judgment counts as non-relevant) and fits the logistic models of
-:mod:`hybridret.relevance` (:func:`fit_calibration`): one per set of retrievers, on the retriever's
+:mod:`hybridret.search.relevance` (:func:`fit_calibration`): one per set of retrievers, on the retriever's
 own lists for a single one, and one with the fused score for the fusion ``method`` ran.
 :meth:`HybridRetriever.set_relevance` stores it in the index, where every later
 ``search(..., relevance=True)`` (library, server, CLI) finds it. ``benchmarks/relevance.py`` fits
@@ -20,8 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .relevance import FEATURES, Calibration, LogisticModel, encoder_identity, hit_inputs
+from .request import SearchRequest
 
 __all__ = ["MAX_LOGIT", "MIN_JUDGED", "Judged", "calibrate", "calibration_methods", "check_fit", "fit_calibration",
            "fit_logistic", "judged_hits"]
@@ -38,9 +39,9 @@ models stay under 10); such a fit is degenerate and refused."""
 
 def calibration_methods(registry: Mapping[str, Any] | None = None) -> tuple[str, ...]:
     """The search methods a calibration can be fitted on: every fusion method, and the single
-    retrievers whose scores are relevance features (:data:`~hybridret.relevance.FEATURES`)."""
-    from .methods import method_names
-    from .retrievers import REGISTRY
+    retrievers whose scores are relevance features (:data:`~hybridret.search.relevance.FEATURES`)."""
+    from ..methods import method_names
+    from ..retrievers import REGISTRY
 
     registry = REGISTRY if registry is None else registry
     return tuple(m for m in method_names(registry) if m not in registry or m in FEATURES)
@@ -58,7 +59,7 @@ def check_method(method: Any) -> str:
 @dataclass
 class Judged:
     """The judged hits of one list kind, flat: ``features`` (each of
-    :data:`hybridret.relevance.INPUTS` the lists have), ``labels`` (relevant or not), ``query``
+    :data:`hybridret.search.relevance.INPUTS` the lists have), ``labels`` (relevant or not), ``query``
     (the query's number, per hit), ``fusion`` (the fusion whose score ``features["score"]`` is, or
     ``None``) and per-hit ``weights`` (``None``: all 1)."""
 
@@ -91,13 +92,10 @@ def judged_hits(searcher: Any, queries: Mapping[str, str], qrels: Mapping[str, M
                 k: int = 10, method: str = "hybrid", level: int = 1, candidates: int | None = None) -> Judged:
     """The model inputs and labels of every hit in the top ``k`` of ``method`` for the judged
     ``queries`` (those with a judgment in ``qrels``) on a :class:`~hybridret.Searcher`."""
-    from .searcher import check_search
-
     qids = [q for q in queries if qrels.get(q)]
     if not qids:
         raise ConfigError("none of the queries has judgments in the qrels")
-    texts, k, candidates, filt = check_search([queries[q] for q in qids], k, method, candidates, None)
-    snap, plan, res = searcher._run(texts, k, method, filt, None, candidates, searcher.threads)
+    snap, plan, res = searcher._run(SearchRequest([queries[q] for q in qids], k, method=method, candidates=candidates))
     inputs = hit_inputs(snap, plan, res)
     valid = inputs.valid
     labels = np.array([[int(qrels[q].get(str(d), 0)) >= level for d in row] for q, row in zip(qids, res.ids)], dtype=bool)
@@ -213,7 +211,7 @@ def fit_calibration(lists: Judged, single: Mapping[str, Judged] | None = None, *
 
 def calibrate(retriever: Any, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *, k: int = 10,
               method: str = "hybrid", level: int = 1, fitted_on: Mapping[str, Any] | None = None) -> Calibration:
-    """A :class:`~hybridret.relevance.Calibration` for this index's models, fitted on the top ``k``
+    """A :class:`~hybridret.search.relevance.Calibration` for this index's models, fitted on the top ``k``
     hits of ``method`` for the judged ``queries`` (``qrels``: query id -> document id -> grade;
     relevant: grade >= ``level``), and on each retriever's own top ``k`` for its single-retriever
     model. Needs at least :data:`MIN_JUDGED` relevant and as many non-relevant hits. Store it with

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..filters import Filter, parse_filter
-from .snapshot import Snapshot
+from ..index.snapshot import Snapshot
 
 __all__ = ["DocumentPage", "check_page", "list_documents", "matching_rows"]
 
@@ -26,7 +26,7 @@ __all__ = ["DocumentPage", "check_page", "list_documents", "matching_rows"]
 @dataclass
 class DocumentPage:
     """One page of a listing: ``documents`` (``{"id", "title", "text", "metadata"}``, as
-    :meth:`Searcher.get <hybridret.searcher.Searcher.get>` returns them), ``total`` (every matching
+    :meth:`Searcher.get <hybridret.search.searcher.Searcher.get>` returns them), ``total`` (every matching
     document, not only this page's), the ``offset`` of the page and the ``commit`` it was read from."""
 
     documents: list[dict[str, Any]] = field(default_factory=list)
@@ -67,7 +67,7 @@ def list_documents(snap: Snapshot, filter: Filter | Mapping[str, Any] | str | No
                    limit: int | None = None) -> DocumentPage:
     """The documents of ``snap`` matching ``filter`` from ``offset`` on, at most ``limit`` of them
     (``None``: all; ``0``: none, only the count). Pass the snapshot as seen now
-    (:meth:`Searcher.current <hybridret.searcher.Searcher.current>`) so that expired documents are left out."""
+    (:meth:`Searcher.current <hybridret.search.searcher.Searcher.current>`) so that expired documents are left out."""
     offset, limit = check_page(offset, limit)
     rows = matching_rows(snap, parse_filter(filter))
     page = rows[offset:] if limit is None else rows[offset:offset + limit]

@@ -1,38 +1,47 @@
-"""The stages after a plan's first ranking: reranking, grouping and pages (``offset``).
+"""Running a search plan: :func:`run_plan`, the one search function of both searchers.
 
-:func:`execute_stages` runs a :class:`~hybridret.plan.SearchPlan` that groups, reranks or pages,
-against any :class:`~hybridret.plan.CandidateSource` (one snapshot or shards), in this order:
+:func:`run_plan` checks the plan against its :class:`~hybridret.search.source.CandidateSource`,
+encodes the non-blank queries once, runs the plan and places the results back at every query's
+position (blank queries: no hits). :func:`execute` runs a plain plan (one retriever's top-k, or
+the candidates gathered and fused by :func:`~hybridret.fusion.config.fuse`, a chunk of queries at a time);
+:func:`execute_stages` runs one that groups, reranks or pages, in this order:
 
 1. **first stage**: the plan's retriever or fusion. Grouped without a reranker, it is run by the
-   deepening of :mod:`hybridret.grouping` (exact groups for single retrievers); with a reranker,
-   it is the plain top ``rerank_depth`` (at least ``offset + k`` hits);
-2. **rerank** (optional): the :class:`~hybridret.rerank.Reranker` scores the first stage's top
+   deepening of :mod:`hybridret.search.grouping` (exact groups for single retrievers); with a
+   reranker, it is the plain top ``rerank_depth`` (at least ``offset + k`` hits);
+2. **rerank** (optional): the :class:`~hybridret.search.rerank.Reranker` scores the first stage's top
    ``rerank_depth`` chunks against the query; its score becomes the hit's score and the
    component ``"rerank"``, and the order follows it (ties: the first stage's order). Grouped, the
    groups are then formed from those ``rerank_depth`` reranked chunks;
 3. **page**: hits (or groups) ``offset .. offset + k`` of the full ranking; a page is a slice of
    the unpaginated list of the same snapshot (for fused methods while ``offset + k`` stays within
    the fusion depth, which then does not change with the page).
-
-Returns what :func:`hybridret.plan.execute` returns, plus the group keys and scores.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from .grouping import best_of_groups, first_groups, next_depth, start_depth
-from .hybrid import FUSION_CHUNK, fuse
+from ..fusion.config import FUSION_CHUNK, FusionConfig, fuse
+from ..retrievers import REGISTRY, QueryBatch
+from ..types import Hits
+from .grouping import best_of_groups, first_groups, key_values, next_depth, start_depth
+from .plan import PlanResult, SearchPlan, fused_plan
 from .rerank import check_scores
-from .retrievers import REGISTRY, QueryBatch
+from .source import CandidateSource, SnapshotSource
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .plan import CandidateSource, SearchPlan
+    from ..filters import Filter
+    from ..index.snapshot import Snapshot
 
-__all__ = ["StageResult", "execute_stages"]
+__all__ = ["FUSION_BUDGET_BYTES", "Encode", "StageResult", "execute", "execute_stages", "fused_search", "fusion_chunk",
+           "hits_of", "run_plan"]
+
+Encode = Callable[[list[str], set[str]], QueryBatch]
 
 StageResult = tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], "np.ndarray | None", "np.ndarray | None"]
 
@@ -73,7 +82,7 @@ def _ranked(plan: SearchPlan, source: CandidateSource, q: QueryBatch, depth: int
 
 def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
     """Groups by deepening the first stage until ``offset + k`` groups are certain (see
-    :mod:`hybridret.grouping`); single retrievers then score every member of those groups."""
+    :mod:`hybridret.search.grouping`); single retrievers then score every member of those groups."""
     spec, need, nq = plan.group, plan.offset + plan.k, len(q)
     assert spec is not None
     cap = max(source.size, 1)
@@ -141,7 +150,7 @@ def _rerank(plan: SearchPlan, source: CandidateSource, q: QueryBatch, rows: np.n
 def _top(plan: SearchPlan, source: CandidateSource, q: QueryBatch, k: int
          ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """The first stage's top ``k``: the retriever's, or the fusion's over the candidates of depth
-    ``max(k, plan.depth)`` (what :func:`hybridret.plan.execute` runs for a plan of that ``k``)."""
+    ``max(k, plan.depth)`` (what :func:`execute` runs for a plan of that ``k``)."""
     stats = source.statistics(q, plan.stats) if plan.stats else {}
     if plan.single is not None:
         rows, scores = source.top(plan.single, k, q, filt=plan.filter, stats=stats)
@@ -195,3 +204,95 @@ def execute_stages(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> 
                 np.full((0, k), -np.inf, np.float32) if plan.group is not None else None)
     return (cat(0), cat(1), {n: np.concatenate([p[2][n] for p in parts]) for n in names},
             cat(3) if plan.group is not None else None, cat(4) if plan.group is not None else None)
+
+
+FUSION_BUDGET_BYTES = 256 << 20
+"""About how much a chunk of fused queries may hold in candidate vectors: deep candidate lists are
+fused fewer queries at a time (down to one), so memory follows the result, never the batch."""
+
+
+# -- execution -----------------------------------------------------------------------------------------
+def fusion_chunk(plan: SearchPlan) -> int:
+    """Queries fused at a time: :data:`~hybridret.fusion.config.FUSION_CHUNK`, fewer when the candidate
+    lists are deep (their vectors, up to 1024 dims assumed, stay within :data:`FUSION_BUDGET_BYTES`)."""
+    per_query = max(len(plan.retrievers), 1) * max(plan.depth, 1) * 1024 * 4
+    return max(1, min(FUSION_CHUNK, FUSION_BUDGET_BYTES // per_query))
+
+
+def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
+            ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Run ``plan`` on encoded queries ``q`` (one per entry of ``plan.keep``): rows ``(len(q), k)``,
+    scores and each retriever's exact scores of the rows. One retriever: its top-k; fused: the
+    candidates gathered from ``source`` and :func:`~hybridret.fusion.config.fuse`, a
+    :data:`~hybridret.fusion.config.FUSION_CHUNK` of queries at a time (memory bounded for any batch)."""
+    k = plan.k
+    step = (source.top_chunk or max(len(q), 1)) if plan.single else fusion_chunk(plan)
+    parts = []
+    for a in range(0, len(q), step):
+        sub = q if step >= len(q) else q.slice(a, a + step)
+        stats = source.statistics(sub, plan.stats) if plan.stats else {}
+        if plan.single is not None:
+            rows, scores = source.top(plan.single, plan.depth, sub, filt=plan.filter, stats=stats)
+            parts.append((rows, scores, {plan.single: scores}))
+            continue
+        cands = source.gather(plan.retrievers, plan.depth, sub, filt=plan.filter, stats=stats, vectors=plan.vectors)
+        parts.append(fuse(plan.fusion, cands, k, source.snapshot, sub, filt=plan.filter,  # type: ignore[arg-type]
+                          threads=source.threads))
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return np.full((0, k), -1, np.int64), np.full((0, k), -np.inf, np.float32), {}
+    names = parts[0][2]
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            {n: np.concatenate([p[2][n] for p in parts]) for n in names})
+
+
+def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanResult:
+    """The one search function of :class:`~hybridret.search.searcher.Searcher` and
+    :class:`~hybridret.distributed.searcher.ShardedSearcher`: check the plan against the source,
+    encode the non-blank queries (``encode(texts, plan.needs)``), :func:`execute`, and place the
+    results back at every query's position (blank queries: no hits)."""
+    source.check(plan)
+    n, k, keep = len(plan.texts), plan.width, list(plan.keep)
+    rows = np.full((n, k), -1, dtype=np.int64)
+    scores = np.full((n, k), -np.inf, dtype=np.float32)
+    comps: dict[str, np.ndarray] = {}
+    gkeys = np.full((n, plan.k), None, dtype=object) if plan.group is not None else None
+    gscores = np.full((n, plan.k), -np.inf, dtype=np.float32) if plan.group is not None else None
+    qs = None
+    if keep and not source.empty:
+        q = encode(plan.kept_texts, set(plan.needs))
+        if plan.staged:
+            r, s, c, gk, gs = execute_stages(plan, source, q)
+            if gkeys is not None:
+                gkeys[keep], gscores[keep] = gk, gs  # type: ignore[index]
+        else:
+            r, s, c = execute(plan, source, q)
+        rows[keep], scores[keep] = r, s
+        for name, v in c.items():
+            comps[name] = np.full((n, k), np.nan, dtype=np.float32)
+            comps[name][keep] = v
+        if q.sparse is not None:  # rows of the blank queries stay empty
+            place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))), shape=(n, len(keep)))
+            qs = (place @ q.sparse).tocsr()
+    return PlanResult(rows=rows, scores=scores, components=comps, ids=source.ids(rows), query_sparse=qs,
+                      group_keys=gkeys, group_scores=gscores)
+
+
+def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
+                 threads: int | None = None) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """One fused method over one snapshot for queries already encoded (blank ones included): rows
+    ``(nq, k)``, fused scores, and each retriever's exact scores of those rows; the plan's executor
+    (:func:`execute`), so queries are fused :data:`~hybridret.fusion.config.FUSION_CHUNK` at a time."""
+    return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap, threads=threads), q)
+
+
+def hits_of(plan: SearchPlan, res: PlanResult, source: Any, *, relevance: np.ndarray | None = None) -> Hits:
+    """The :class:`~hybridret.types.Hits` of a planned search, local and sharded alike; ``source``
+    gives the hit views (texts, metadata, matched terms) from the snapshot or shards searched."""
+    group = plan.group
+    return Hits(queries=list(plan.texts), method=plan.label, ids=res.ids, rows=res.rows, scores=res.scores,
+                components=res.components, query_sparse=res.query_sparse, offset=plan.offset,
+                group_by=group.field if group else None, group_size=group.size if group else 0,
+                group_keys=key_values(res.group_keys), group_scores=res.group_scores, relevance=relevance,
+                _source=source)
