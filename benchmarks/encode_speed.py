@@ -215,7 +215,9 @@ def run_job(job: dict[str, Any], today: Path | None = None, timeout: float = 360
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    ap.add_argument("--backends", nargs="+", default=["numpy", "torch", "torch-bf16", "torch-int8"])
+    ap.add_argument("--backends", nargs="+", default=["numpy", "onnx", "onnx-int8", "torch", "torch-bf16", "torch-int8"])
+    ap.add_argument("--reference", default="numpy",
+                    help="the backend nDCG@10 losses are measured against (numpy: float32, the same vectors as torch)")
     ap.add_argument("--no-today", action="store_true", help="skip the committed hybridret's runs (today)")
     ap.add_argument("--speed-docs", type=int, default=2000, help="msmarco passages for docs/s on all cores (2000)")
     ap.add_argument("--one-thread-docs", type=int, default=500, help="passages for docs/s on 1 thread (500)")
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             for backend in args.backends:
                 res = run_job({"task": "quality", "backend": backend, "collection": coll, "limit": limit})
                 out["quality"].append({"collection": coll, "backend": backend, **res})
-    out["summary"] = summarise(out, args.backends)
+    out["summary"] = summarise(out, args.backends, args.reference)
     out.setdefault("elapsed_s", {})
     if not isinstance(out["elapsed_s"], dict):
         out["elapsed_s"] = {}
@@ -301,12 +303,12 @@ def main(argv: list[str] | None = None) -> int:
             if k in ("speed", "peers", "rss", "queries", "quality") and k not in args.sections and v:
                 if not (k == "peers" and "speed" in args.sections):
                     out[k] = v
-        out["summary"] = summarise(out, args.backends)
+        out["summary"] = summarise(out, args.backends, args.reference)
     write_json(args.output, out)
     return 0
 
 
-def summarise(out: dict[str, Any], backends: list[str]) -> dict[str, Any]:
+def summarise(out: dict[str, Any], backends: list[str], reference: str = "numpy") -> dict[str, Any]:
     """Speed ratios vs today and the nDCG@10 loss per backend (average over collections)."""
     summary: dict[str, Any] = {}
     base = {r["threads"]: r for r in out["speed"] if r["impl"] == "today"}
@@ -315,7 +317,8 @@ def summarise(out: dict[str, Any], backends: list[str]) -> dict[str, Any]:
         for key in ("dense_docs_s", "sparse_docs_s", "both_docs_s", "build_docs_s"):
             if key in r and key in b:
                 r[key.replace("_docs_s", "_x")] = r[key] / b[key]
-    ref = {q["collection"]: q for q in out["quality"] if q["backend"] == "torch" and "dense" in q}
+    ref = {q["collection"]: q for q in out["quality"] if q["backend"] == reference and "dense" in q}
+    out["quality_reference"] = reference
     for q in out["quality"]:
         r0 = ref.get(q["collection"])
         if r0 is not None and "dense" in q:
@@ -337,7 +340,7 @@ def print_tables(out: dict[str, Any]) -> None:
         ("peers: sentence-transformers, dense MiniLM only", "peers", ["peer", "threads", "docs", "dense_docs_s", "skipped"]),
         ("peak RSS of a whole build (MB)", "rss", ["impl", "backend", "batch_size", "docs", "after_load_mb", "peak_rss_mb"]),
         ("one query through both models (ms)", "queries", ["impl", "backend", "threads", "median_ms", "p95_ms"]),
-        ("nDCG@10 (loss = torch minus backend)", "quality",
+        ("nDCG@10 (loss = reference backend minus backend)", "quality",
          ["collection", "backend", "docs", "build_docs_s", "dense", "sparse", "hybrid", "dense_loss", "sparse_loss",
           "hybrid_loss"]),
     ]

@@ -9,9 +9,11 @@ masked, softmax, context), ``SkipLayerNormalization`` (residual + bias + LayerNo
 
 * ``"hidden"``: the last hidden states ``(B, L, H)`` (the dense models pool them in numpy);
 * ``"splade"``: the masked-LM head and SPLADE's max pooling inside the graph, ``(B, V)``:
-  ``max over real tokens of relu(logits)`` (padding rows count as 0, as the numpy backend's running
-  max starts at 0); ``log1p``, the vocabulary mask and top-k stay in numpy. The graph never hands
-  back the ``(B, L, V)`` logits; callers bound ``B x L`` (:data:`SPLADE_TOKENS`).
+  ``relu(max over real tokens of the logits)`` (= the numpy backend's running max started at 0).
+  Padding positions are given their text's first token's state (a repeated row leaves a max
+  unchanged) and the bias is added after the max (it is the same for every token), so the
+  ``(B, L, V)`` products pass once through ``ReduceMax``: no bias, mask or ReLU pass over them. ``log1p``, the vocabulary mask and top-k stay in
+  numpy. The graph never hands back the logits; callers bound ``B x L`` (:data:`SPLADE_TOKENS`).
 
 Inputs: ``input_ids`` and ``attention_mask``, int64 ``(B, L)``, right-padded. Opset 17 (the
 standard ``LayerNormalization``) plus ``com.microsoft`` 1.
@@ -28,7 +30,7 @@ from ._numpy_bert import NumpyBert
 __all__ = ["GRAPH_VERSION", "HEADS", "SPLADE_TOKENS", "build_graph"]
 
 # bump when the graph built for the same weights changes: cached graphs of an older version are rebuilt
-GRAPH_VERSION = 1
+GRAPH_VERSION = 3
 HEADS = ("hidden", "splade")
 # tokens (rows of B x L) per run of a "splade" graph: its (rows, V) logits are 4 x rows x V bytes
 # (62 MB for a 30,522-term vocabulary), whatever the batch size
@@ -78,6 +80,8 @@ def build_graph(model: NumpyBert, head: str) -> Any:
     length = g.op("Shape", [ids], start=1, end=2)  # [L], 1-D
     pos = g.op("Slice", [g.const("position_embeddings", model.position), g.const("zero_1d", np.array([0], np.int64)),
                          length, g.const("axis0_1d", np.array([0], np.int64))])
+    g.const("one_1d", np.array([1], np.int64))
+    g.const("one_1d_axis", np.array([1], np.int64))
     x = g.op("Add", [g.op("Add", [words, pos]), g.const("token_type0", model.token_type0)])
     x = g.op("LayerNormalization", [x, g.const("emb_ln_w", model.emb_ln[0]), g.const("emb_ln_b", model.emb_ln[1])],
              axis=-1, epsilon=eps)
@@ -104,10 +108,14 @@ def build_graph(model: NumpyBert, head: str) -> Any:
         t = g.op("BiasGelu", [g.op("MatMul", [x, g.const("head_dense_w", dense_w)]), g.const("head_dense_b", dense_b)],
                  domain=_MS)
         t = g.op("LayerNormalization", [t, g.const("head_ln_w", ln_w), g.const("head_ln_b", ln_b)], axis=-1, epsilon=eps)
-        logits = g.op("Add", [g.op("MatMul", [t, g.const("decoder_w", decoder)]), g.const("decoder_b", bias)])
-        maskf = g.op("Unsqueeze", [g.op("Cast", [mask], to=TensorProto.FLOAT), g.const("axis_last", np.array([2], np.int64))])
-        positive = g.op("Mul", [g.op("Relu", [logits]), maskf])
-        result = g.op("ReduceMax", [positive], axes=[1], keepdims=0)
+        # padding positions take the text's first token's state: a repeated row leaves the max unchanged,
+        # so no (B, L, V) mask or ReLU pass is needed; the ReLU runs on the pooled (B, V)
+        first = g.op("Slice", [t, "zero_1d", "one_1d", "one_1d_axis"])
+        real = g.op("Unsqueeze", [g.op("Cast", [mask], to=TensorProto.BOOL), g.const("axis_last", np.array([2], np.int64))])
+        t = g.op("Where", [real, t, first])
+        # the bias is the same for every token: added after the max, to (B, V) instead of (B, L, V)
+        pooled = g.op("ReduceMax", [g.op("MatMul", [t, g.const("decoder_w", decoder)])], axes=[1], keepdims=0)
+        result = g.op("Relu", [g.op("Add", [pooled, g.const("decoder_b", bias)])])
         shape = ["batch", model.vocab_out_size]
     g.nodes[-1].output[0] = "output"
     graph = helper.make_graph(
