@@ -102,7 +102,8 @@ class OnnxBert:
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # EXTENDED: the fusions; ALL adds layout transforms for convolutions (none here) and costs load time
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         options.log_severity_level = 3  # onnxruntime's shape-merge warnings are not the user's business
         try:
             self.session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
