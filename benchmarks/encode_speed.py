@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RESULTS, ROOT, SHARED, machine, table, write_json  # noqa: E402
 
 COLLECTIONS = ("adi", "cisi", "cranfield", "medline", "limit-small")
-SECTIONS = ("interleaved", "speed", "rss", "queries", "quality")
+SECTIONS = ("vectors", "interleaved", "speed", "rss", "queries", "quality")
 MSMARCO = SHARED / "msmarco-dl19-pool"
 
 
@@ -153,6 +153,29 @@ def work_interleaved(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def work_vectors(job: dict[str, Any]) -> dict[str, Any]:
+    """Each backend's vectors against the reference's on the same passages: dense cosine per text,
+    overlap of the 20 heaviest sparse terms, the largest sparse weight difference."""
+    import numpy as np
+
+    texts = [d.full_text for d in _texts(job["docs"], job.get("corpus", "msmarco"))]
+    got = {}
+    for b in [job["reference"], *job["backends"]]:
+        dense, sparse = _encoders(b)
+        got[b] = (dense.encode_documents(texts).dense, sparse.encode_documents(texts).sparse.toarray())
+    ref_d, ref_s = got[job["reference"]]
+    out: dict[str, Any] = {"texts": len(texts), "reference": job["reference"]}
+    for b in job["backends"]:
+        d, sp_ = got[b]
+        cos = (d * ref_d).sum(axis=1)
+        top = lambda m: np.argsort(-m, axis=1)[:, :20]  # noqa: E731
+        overlap = [len(set(a) & set(r)) / 20 for a, r in zip(top(sp_), top(ref_s))]
+        out[b] = {"dense_cos_min": float(cos.min()), "dense_cos_mean": float(cos.mean()),
+                  "sparse_top20_overlap_mean": float(np.mean(overlap)), "sparse_top20_overlap_min": float(min(overlap)),
+                  "sparse_max_abs_diff": float(np.abs(sp_ - ref_s).max())}
+    return out
+
+
 def work_peer(job: dict[str, Any]) -> dict[str, Any]:
     from sentence_transformers import SentenceTransformer
 
@@ -191,6 +214,19 @@ def work_query(job: dict[str, Any]) -> dict[str, Any]:
         for name in ("msmarco-dl19-pool", "cisi", "cranfield"):
             queries += list(load_beir(SHARED / name)[1].values())
         queries = queries[: job["queries"]]
+    if job.get("backends"):  # every backend in one process, taking turns query by query
+        encs = {b: PairedEncoder.from_names(backend=b).warm() for b in job["backends"]}
+        for e in encs.values():
+            for q in queries[:20]:
+                e.encode_queries([q])
+        per: dict[str, list[float]] = {b: [] for b in encs}
+        for q in queries:
+            for b, e in encs.items():
+                t = time.perf_counter()
+                e.encode_queries([q])
+                per[b].append((time.perf_counter() - t) * 1e3)
+        return {b: {"median_ms": float(np.median(ts)), "p95_ms": float(np.percentile(ts, 95)), "queries": len(ts)}
+                for b, ts in per.items()}
     enc = PairedEncoder.from_names(backend=job["backend"])
     enc.warm()
     for q in queries[:20]:
@@ -225,7 +261,7 @@ def work_quality(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-WORKERS = {"interleaved": work_interleaved, "speed": work_speed, "peer": work_peer, "rss": work_rss, "query": work_query, "quality": work_quality}
+WORKERS = {"vectors": work_vectors, "interleaved": work_interleaved, "speed": work_speed, "peer": work_peer, "rss": work_rss, "query": work_query, "quality": work_quality}
 
 
 def worker_main(spec: str) -> int:
@@ -285,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpora", nargs="+", default=["msmarco"], choices=("msmarco", "chunks"),
                     help="speed: msmarco-dl19-pool passages and/or chunks of 200 tokens of long documents")
     ap.add_argument("--peers", nargs="*", default=["st-torch", "st-onnx"], help="sentence-transformers peers")
+    ap.add_argument("--vector-docs", type=int, default=200, help="vectors: texts compared (default 200)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved: turns per backend (default 3)")
     ap.add_argument("--query-text", default=None,
                     help="queries: time this one query (e.g. ~10 tokens) instead of the collections' queries")
@@ -312,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{MSMARCO} not found: nothing to measure", file=sys.stderr)
         return 2
     started = time.time()
-    out: dict[str, Any] = {"interleaved": [], "speed": [], "peers": [], "rss": [], "queries": [], "quality": []}
+    out: dict[str, Any] = {"vectors": [], "interleaved": [], "speed": [], "peers": [], "rss": [], "queries": [], "quality": []}
     if args.output.is_file():  # keep the sections not run this time
         out.update({k: v for k, v in json.loads(args.output.read_text()).items() if k in out})
     for section in args.sections:
@@ -327,6 +364,15 @@ def main(argv: list[str] | None = None) -> int:
         today = export_today(Path(tmp), args.today_ref)
         runs = (([] if args.no_today else [("today", args.today_backend, today)])
                 + [("now", b, None) for b in args.backends])
+        if "vectors" in args.sections:
+            print("## vectors against the reference backend", flush=True)
+            for corpus in args.corpora:
+                res = run_job({"task": "vectors", "backend": "numpy", "reference": args.reference, "corpus": corpus,
+                               "backends": [b for b in args.backends if b != args.reference], "docs": args.vector_docs})
+                for b in args.backends:
+                    if isinstance(res.get(b), dict):
+                        out["vectors"].append({"corpus": corpus, "backend": b, "reference": args.reference,
+                                               "texts": res["texts"], **res[b]})
         if "interleaved" in args.sections:
             print("## interleaved: every backend in one process, taking turns", flush=True)
             for corpus in args.corpora:
@@ -361,6 +407,14 @@ def main(argv: list[str] | None = None) -> int:
                     out["rss"].append({"impl": impl, "backend": backend, "batch_size": bs, "docs": args.rss_docs, **res})
         if "queries" in args.sections:
             print("## one query through both models", flush=True)
+            for threads in (1, None):
+                res = run_job({"task": "query", "backend": "numpy", "backends": args.backends, "queries": args.queries,
+                               "threads": threads, "text": args.query_text})
+                for b in args.backends:
+                    if isinstance(res.get(b), dict):
+                        out["queries"].append({"impl": "now, interleaved", "backend": b,
+                                               "query": args.query_text or "collections",
+                                               "threads": "all" if threads is None else "1", **res[b]})
             for threads in (None, 1):
                 for impl, backend, where in runs:
                     res = run_job({"task": "query", "backend": backend, "queries": args.queries, "threads": threads,
@@ -383,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(out)
     if args.output.is_file():  # another run may have finished other sections meanwhile
         for k, v in json.loads(args.output.read_text()).items():
-            if k in ("interleaved", "speed", "peers", "rss", "queries", "quality") and k not in args.sections and v:
+            if k in ("vectors", "interleaved", "speed", "peers", "rss", "queries", "quality") and k not in args.sections and v:
                 if not (k == "peers" and "speed" in args.sections):
                     out[k] = v
         out["summary"] = summarise(out, args.backends, args.reference)
@@ -431,6 +485,9 @@ def summarise(out: dict[str, Any], backends: list[str], reference: str = "numpy"
 
 def print_tables(out: dict[str, Any]) -> None:
     sections = [
+        ("vectors against the reference backend", "vectors",
+         ["corpus", "backend", "reference", "texts", "dense_cos_min", "dense_cos_mean", "sparse_top20_overlap_mean",
+          "sparse_top20_overlap_min", "sparse_max_abs_diff"]),
         ("docs/s, every backend in one process taking turns (median of rounds; x = ratio to numpy)",
          "interleaved_rows", ["corpus", "threads", "texts", "backend", "dense_docs_s", "dense_x_numpy", "sparse_docs_s",
                               "both_docs_s", "both_x_numpy", "both_best"]),

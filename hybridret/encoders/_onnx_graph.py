@@ -30,7 +30,7 @@ from ._numpy_bert import NumpyBert
 __all__ = ["GRAPH_VERSION", "HEADS", "SPLADE_TOKENS", "build_graph"]
 
 # bump when the graph built for the same weights changes: cached graphs of an older version are rebuilt
-GRAPH_VERSION = 3
+GRAPH_VERSION = 4
 HEADS = ("hidden", "splade")
 # tokens (rows of B x L) per run of a "splade" graph: its (rows, V) logits are 4 x rows x V bytes
 # (62 MB for a 30,522-term vocabulary), whatever the batch size
