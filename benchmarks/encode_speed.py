@@ -462,7 +462,10 @@ def summarise(out: dict[str, Any], backends: list[str], reference: str = "numpy"
             b = key[: -len("_dense_docs_s")]
             row = {"corpus": r["corpus"], "threads": r["threads"], "texts": r.get("texts"), "backend": b,
                    "dense_docs_s": r[key], "sparse_docs_s": r.get(f"{b}_sparse_docs_s"),
-                   "both_docs_s": r.get(f"{b}_both_docs_s"), "both_best": r.get(f"{b}_both_docs_s_best")}
+                   "both_docs_s": r.get(f"{b}_both_docs_s"), "both_best": r.get(f"{b}_both_docs_s_best"),
+                   "run": r.get("run", "")}
+            if b == "onnx-int8" and r.get("onnx_int8_variant"):
+                row["backend"] = f"onnx-int8 ({r['onnx_int8_variant']})"
             if base and row["both_docs_s"]:
                 row["both_x_numpy"] = row["both_docs_s"] / base
             if r.get("numpy_dense_docs_s"):
@@ -489,7 +492,7 @@ def print_tables(out: dict[str, Any]) -> None:
          ["corpus", "backend", "reference", "texts", "dense_cos_min", "dense_cos_mean", "sparse_top20_overlap_mean",
           "sparse_top20_overlap_min", "sparse_max_abs_diff"]),
         ("docs/s, every backend in one process taking turns (median of rounds; x = ratio to numpy)",
-         "interleaved_rows", ["corpus", "threads", "texts", "backend", "dense_docs_s", "dense_x_numpy", "sparse_docs_s",
+         "interleaved_rows", ["run", "corpus", "threads", "texts", "backend", "dense_docs_s", "dense_x_numpy", "sparse_docs_s",
                               "both_docs_s", "both_x_numpy", "both_best"]),
         ("docs/s (x = ratio to today)", "speed",
          ["corpus", "impl", "backend", "threads", "docs", "dense_docs_s", "dense_x", "sparse_docs_s", "sparse_x", "both_docs_s",
