@@ -12,8 +12,9 @@ masked, softmax, context), ``SkipLayerNormalization`` (residual + bias + LayerNo
   ``relu(max over real tokens of the logits)`` (= the numpy backend's running max started at 0).
   Padding positions are given their text's first token's state (a repeated row leaves a max
   unchanged) and the bias is added after the max (it is the same for every token), so the
-  ``(B, L, V)`` products pass once through ``ReduceMax``: no bias, mask or ReLU pass over them. ``log1p``, the vocabulary mask and top-k stay in
-  numpy. The graph never hands back the logits; callers bound ``B x L`` (:data:`SPLADE_TOKENS`).
+  ``(B, L, V)`` products pass once through ``ReduceMax``: no bias, mask or ReLU pass over them.
+  ``log1p``, the vocabulary mask and top-k stay in numpy. The graph never hands back the logits;
+  callers bound ``B x L`` (:data:`SPLADE_TOKENS`).
 
 Inputs: ``input_ids`` and ``attention_mask``, int64 ``(B, L)``, right-padded. Opset 17 (the
 standard ``LayerNormalization``) plus ``com.microsoft`` 1.
@@ -101,7 +102,7 @@ def build_graph(model: NumpyBert, head: str) -> Any:
                                             g.const(p + "ln2_b", layer.ln2[1]), g.const(p + "ffn_out_b", layer.ffn_out_b)],
                  domain=_MS, epsilon=eps)
     if head == "hidden":
-        result, shape = x, ["batch", "length", cfg.hidden_size]
+        shape = ["batch", "length", cfg.hidden_size]
     else:
         assert model.head is not None
         dense_w, dense_b, ln_w, ln_b, decoder, bias = model.head
@@ -115,9 +116,9 @@ def build_graph(model: NumpyBert, head: str) -> Any:
         t = g.op("Where", [real, t, first])
         # the bias is the same for every token: added after the max, to (B, V) instead of (B, L, V)
         pooled = g.op("ReduceMax", [g.op("MatMul", [t, g.const("decoder_w", decoder)])], axes=[1], keepdims=0)
-        result = g.op("Relu", [g.op("Add", [pooled, g.const("decoder_b", bias)])])
+        g.op("Relu", [g.op("Add", [pooled, g.const("decoder_b", bias)])])
         shape = ["batch", model.vocab_out_size]
-    g.nodes[-1].output[0] = "output"
+    g.nodes[-1].output[0] = "output"  # the last node written is the graph's output
     graph = helper.make_graph(
         g.nodes, f"hybridret-bert-{head}",
         [helper.make_tensor_value_info(ids, TensorProto.INT64, ["batch", "length"]),

@@ -44,8 +44,9 @@ class DenseEncoder(Encoder):
 
     ``query_prefix`` / ``document_prefix`` are prepended to texts, for models trained with
     instructions such as ``"query: "`` / ``"passage: "``. ``backend``: see
-    :mod:`hybridret.encoders.backends` (default ``"auto"``: torch where it is installed, else numpy,
-    which needs no torch, for a BERT model such as the default). The model loads on first use or :meth:`warm`.
+    :mod:`hybridret.encoders.backends` (default ``"auto"``: on the CPU, onnx where onnxruntime is
+    installed, else torch where installed, else numpy, which needs no torch, for a BERT model such as
+    the default). The model loads on first use or :meth:`warm`.
     """
 
     def __init__(
