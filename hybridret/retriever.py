@@ -92,7 +92,8 @@ class HybridRetriever:
                     device: str | None = None, max_length: int = 256, backend: str = "auto",
                     **settings: Any) -> HybridRetriever:
         """A paired encoder from two model names (``None`` = packaged defaults), then an empty retriever.
-        ``backend``: ``"auto"`` (torch where installed, else numpy where it runs the model),
+        ``backend``: ``"auto"`` (on the CPU: onnx where onnxruntime is installed, else torch where
+        installed, else numpy), ``"onnx"`` (ONNX Runtime, float32, no torch), ``"onnx-int8"``,
         ``"numpy"`` (float32, no torch needed), ``"torch"`` (float32), ``"torch-bf16"`` or ``"torch-int8"``
         (faster CPU encoding); see :mod:`hybridret.encoders.backends`."""
         prepare_native_libraries()

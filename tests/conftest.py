@@ -14,6 +14,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # haystack-ai sends anonymous usage telemetry by default; tests reach no network (and must not try)
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
+# the onnx backend's graphs (built on first use) go to a folder of this session, not the user's cache
+if "HYBRIDRET_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["HYBRIDRET_CACHE_DIR"] = _CACHE = tempfile.mkdtemp(prefix="hybridret-test-cache-")
+    atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 
 SMALL_CORPUS: list[dict[str, str]] = [
     {"id": "d01", "title": "Photosynthesis",

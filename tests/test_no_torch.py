@@ -1,6 +1,6 @@
 """hybridret without torch and transformers (``sys.modules[...] = None`` in a fresh interpreter, so every
 import of them fails as for a missing package): the demo, index, search, serve and the library's build
-and search run on the numpy backend; every torch-only path says which extra to install."""
+and search run on the onnx backend (numpy where onnxruntime is absent); every torch-only path says which extra to install."""
 
 from __future__ import annotations
 
@@ -82,7 +82,9 @@ from hybridret import CorpusReader, HybridRetriever, load_queries
 from hybridret.client import Client
 from hybridret.serve.app import create_app
 r = HybridRetriever.from_models().index(CorpusReader({str(SAMPLE / "corpus.jsonl")!r}), workdir={str(tmp_path / "lib")!r})
-assert r.encoder.dense.runner.backend == "numpy" and r.encoder.sparse.runner.backend == "numpy"
+import importlib.util
+want = "onnx" if importlib.util.find_spec("onnxruntime") else "numpy"  # auto: onnx where installed
+assert r.encoder.dense.runner.backend == want and r.encoder.sparse.runner.backend == want
 queries = list(load_queries({str(SAMPLE / "queries.jsonl")!r}).values())[:5]
 want = r.search(queries, k=5).ids.tolist()
 for method in ("dense", "sparse", "hybrid", "bm25"):

@@ -114,6 +114,7 @@ def test_auto_runs_the_default_models_on_numpy_without_torch(monkeypatch: pytest
     from hybridret.encoders import backends
 
     monkeypatch.setattr(backends, "torch_installed", lambda: False)
+    monkeypatch.setattr(backends, "onnx_installed", lambda: False)
     enc = PairedEncoder.from_names().warm()
     assert enc.dense.runner.backend == "numpy" and enc.sparse.runner.backend == "numpy"
     assert enc.dense.device == "cpu"
@@ -121,9 +122,11 @@ def test_auto_runs_the_default_models_on_numpy_without_torch(monkeypatch: pytest
 
 
 @needs_torch
-def test_auto_prefers_torch_where_installed() -> None:
+def test_auto_prefers_torch_where_installed_and_onnxruntime_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hybridret.encoders import backends
     from hybridret.encoders.backends import CPU_PREFERS_NUMPY
 
+    monkeypatch.setattr(backends, "onnx_installed", lambda: False)
     assert PairedEncoder.from_names().warm().dense.runner.backend == ("numpy" if CPU_PREFERS_NUMPY else "torch")
 
 
@@ -131,7 +134,7 @@ def test_the_environment_chooses_what_auto_means(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("HYBRIDRET_ENCODER_BACKEND", "numpy")
     assert DenseEncoder().warm().runner.backend == "numpy"  # torch installed, numpy asked for
     monkeypatch.setenv("HYBRIDRET_ENCODER_BACKEND", "tensorflow")
-    with pytest.raises(ConfigError, match="HYBRIDRET_ENCODER_BACKEND='tensorflow': expected numpy, torch or auto"):
+    with pytest.raises(ConfigError, match="HYBRIDRET_ENCODER_BACKEND='tensorflow': expected onnx, numpy, torch or auto"):
         DenseEncoder().warm()
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import HybridRetError
+
+# hybridret.encoders.backends.BACKENDS (not imported here: the parser stays light; a test keeps them equal)
+ENCODER_BACKENDS = ("auto", "onnx", "onnx-int8", "numpy", "torch", "torch-bf16", "torch-int8")
 from ._common import (NamingPath, add_corpus_args, add_encoder_args, add_ray_args, build_retriever, check_output,
                       corpus_reader, corpus_total, logger)
 from ._rag import add_chunk_args, chunk_kwargs
@@ -26,12 +29,13 @@ def add_parser(sub: Any) -> None:
                         "a compressed IVF-RaBitQ index tuned to recall@10 0.995 whose candidates are re-scored "
                         "exactly), Flat (always exact), or any FAISS factory string (e.g. HNSW32,Flat)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per encoder batch (default: 32)")
-    p.add_argument("--encoder-backend", choices=("auto", "numpy", "torch", "torch-bf16", "torch-int8"), default="auto",
-                   help="what runs the models: numpy (float32, no torch needed; BERT models such as the defaults), "
-                        "torch (float32; fp16 on CUDA), torch-bf16 (near-lossless, needs avx512_bf16/AMX) or torch-int8 "
-                        "(fastest, small quality cost); the torch ones need pip install 'hybridret[torch]'. "
-                        "Default auto: torch where installed (~1.5x faster builds), else numpy; "
-                        "HYBRIDRET_ENCODER_BACKEND=numpy|torch overrides")
+    p.add_argument("--encoder-backend", choices=ENCODER_BACKENDS, default="auto",
+                   help="what runs the models: onnx (ONNX Runtime, float32, no torch: pip install 'hybridret[onnx]'), "
+                        "onnx-int8 (int8 matrix products: faster, small quality cost), numpy (float32, no torch "
+                        "needed; BERT models such as the defaults), torch (float32; fp16 on CUDA), torch-bf16 "
+                        "(near-lossless, needs avx512_bf16/AMX) or torch-int8; the torch ones need pip install "
+                        "'hybridret[torch]'. Default auto: onnx where onnxruntime is installed, else torch where "
+                        "installed, else numpy; HYBRIDRET_ENCODER_BACKEND=onnx|numpy|torch overrides")
     p.add_argument("--chunk-size", type=int, default=1024, help="documents per indexing chunk (default: 1024)")
     p.add_argument("--sparse-scheme", choices=("impact", "tfgrid", "planes", "buckets"), default="impact",
                    help="how learned weights are indexed: impact (default: impact-layered postings, pruned exact "

@@ -191,8 +191,25 @@ def encoder_lines(encoder: Any, reps: Mapping[str, Any] | None = None) -> list[s
         backends = {encoder.get("backend")}
     built = ", ".join(sorted(b for b in backends if b))
     out.append(f"{'backend:'.ljust(_WIDTH)}" + (f"built with {built}" if built else
-                                                "float32 (numpy or torch, whichever runs here: the same vectors)"))
+                                                "float32 (onnx, numpy or torch: the same vectors)")
+               + f"; queries here: {_query_backend()}")
     return out
+
+
+def _query_backend() -> str:
+    """What ``auto`` runs a BERT query encoder on in this environment (for ``search``: never torch
+    unless HYBRIDRET_ENCODER_BACKEND says so), in words, without importing any of them."""
+    import importlib.util
+    import os
+
+    chosen = os.environ.get("HYBRIDRET_ENCODER_BACKEND", "").strip().lower()
+    if chosen and chosen != "auto":
+        return f"{chosen} (HYBRIDRET_ENCODER_BACKEND)"
+    try:
+        onnx = importlib.util.find_spec("onnxruntime") is not None
+    except (ImportError, ValueError):
+        onnx = False
+    return "onnx (onnxruntime installed)" if onnx else "numpy (pip install 'hybridret[onnx]' for onnx, faster)"
 
 
 def run(args: argparse.Namespace) -> int:

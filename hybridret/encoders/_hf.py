@@ -19,7 +19,9 @@ from ..models import LOAD_LOCK, resolve_model
 from ._blas_threads import single_blas_thread
 from ._folder import PROBE, check_model_folder, check_tokenizer
 from .backends import (  # noqa: F401 - BACKENDS, DEFAULT_BACKEND and backend_config are re-exported here
+    ARRAY_BACKENDS,
     BACKENDS,
+    CPU_ONLY,
     DEFAULT_BACKEND,
     backend_config,
     check_backend,
@@ -42,7 +44,7 @@ class DeviceChoice:
         check_backend(backend, None if auto else str(device))
         self._asked = device
         self._value: str | None = None
-        if auto and backend in ("torch-int8", "numpy"):
+        if auto and backend in CPU_ONLY:
             self._value = "cpu"
         elif not auto:
             self._value = str(device) if str(device).startswith("cpu") else pick_device(device)
@@ -143,18 +145,22 @@ class TransformerRunner:
     """
 
     def __init__(self, model_name: str, loader: str, *, device: str | None, max_length: int, dtype: str = "auto",
-                 path: str | None = None, backend: str = DEFAULT_BACKEND, numpy_blocker: str | None = None) -> None:
+                 path: str | None = None, backend: str = DEFAULT_BACKEND, numpy_blocker: str | None = None,
+                 onnx_head: str | None = None) -> None:
         self.name = model_name
         self.path = path if path is not None else resolve_model(model_name)
         self.max_length = check_max_length(model_name, self.path, max_length)
         self.device = pick_device(device)
         #: the backend that runs (``"auto"`` resolved; see :mod:`hybridret.encoders.backends`)
-        self.backend = resolve_backend(backend, self.path, self.device, numpy_blocker=numpy_blocker)
+        self.backend = resolve_backend(backend, self.path, self.device, numpy_blocker=numpy_blocker,
+                                       onnx_head=onnx_head)
         self._tokenizer_lock = threading.Lock()
         check_model_folder(self.path)  # the same checks whichever backend runs, before any weight is loaded
         with LOAD_LOCK:
             if self.backend == "numpy":
                 self._load_numpy(loader)
+            elif self.backend in ARRAY_BACKENDS:
+                self._load_onnx(str(onnx_head))
             else:
                 with _loading_bars(logging.getLogger("hybridret").isEnabledFor(logging.INFO)):
                     self._load(loader, dtype)
@@ -173,6 +179,15 @@ class TransformerRunner:
 
         self.tokenizer = FolderTokenizer(self.path)
         self.model = NumpyBert(self.path, mlm=loader == "mlm")
+        self.max_length = _clamp(self.name, self.max_length, self.model.config.max_position_embeddings)
+        self.autocast_dtype = None
+
+    def _load_onnx(self, head: str) -> None:
+        from ._onnx_bert import OnnxBert
+        from ._tokenizer import FolderTokenizer
+
+        self.tokenizer = FolderTokenizer(self.path)
+        self.model = OnnxBert(self.path, head=head, quant="int8" if self.backend == "onnx-int8" else "fp32")
         self.max_length = _clamp(self.name, self.max_length, self.model.config.max_position_embeddings)
         self.autocast_dtype = None
 
@@ -265,7 +280,7 @@ class TransformerRunner:
         (numpy arrays on the numpy backend, torch tensors on the others)."""
         from tqdm.auto import tqdm
 
-        numpy = self.backend == "numpy"
+        numpy = self.backend in ARRAY_BACKENDS
         if not numpy:
             import torch
 
@@ -312,7 +327,7 @@ class TransformerRunner:
     ) -> list[tuple[np.ndarray, tuple[Any, ...]]]:
         """Apply ``step(input_ids, attention_mask)`` to every batch under inference mode (numpy: see
         :meth:`_run_numpy`)."""
-        if self.backend == "numpy":
+        if self.backend in ARRAY_BACKENDS:
             return self._run_numpy(texts, batch_size, step, desc=desc, show_progress=show_progress)
         out = []
         import torch

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import EncoderError
 from ._numpy_bert import NumpyBert
 
-__all__ = ["numpy_normalise", "numpy_pool", "numpy_splade_weights"]
+__all__ = ["finish_splade", "numpy_normalise", "numpy_pool", "numpy_splade_weights"]
 
 
 def numpy_pool(hidden: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
@@ -50,6 +50,12 @@ def numpy_splade_weights(model: NumpyBert, hidden: np.ndarray, mask: np.ndarray,
         texts = who[starts]
         np.maximum(pooled[texts], part, out=part)
         pooled[texts] = part
+    return finish_splade(pooled, keep, top_k)
+
+
+def finish_splade(pooled: np.ndarray, keep: np.ndarray, top_k: int | None = None) -> np.ndarray:
+    """SPLADE weights from ``max(0, max over a text's tokens of the logits)`` ``(B, V)``, in place:
+    ``log1p``, the vocabulary mask, then the ``top_k`` heaviest terms per text (all when ``None``)."""
     np.log1p(pooled, out=pooled)
     pooled *= keep
     if top_k is not None and top_k < pooled.shape[1]:

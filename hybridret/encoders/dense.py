@@ -19,6 +19,7 @@ from ._hf import (
     pool,
 )
 from ._numpy_heads import numpy_normalise, numpy_pool
+from .backends import ARRAY_BACKENDS
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["DenseEncoder", "assemble_dense"]
@@ -43,8 +44,9 @@ class DenseEncoder(Encoder):
 
     ``query_prefix`` / ``document_prefix`` are prepended to texts, for models trained with
     instructions such as ``"query: "`` / ``"passage: "``. ``backend``: see
-    :mod:`hybridret.encoders.backends` (default ``"auto"``: torch where it is installed, else numpy,
-    which needs no torch, for a BERT model such as the default). The model loads on first use or :meth:`warm`.
+    :mod:`hybridret.encoders.backends` (default ``"auto"``: on the CPU, onnx where onnxruntime is
+    installed, else torch where installed, else numpy, which needs no torch, for a BERT model such as
+    the default). The model loads on first use or :meth:`warm`.
     """
 
     def __init__(
@@ -79,7 +81,7 @@ class DenseEncoder(Encoder):
     def _load(self) -> None:
         self._fingerprint(self.model_name)
         runner = TransformerRunner(self.model_name, "base", device=self.device, max_length=self.max_length,
-                                   path=self.path, backend=self.backend)
+                                   path=self.path, backend=self.backend, onnx_head="hidden")
         self._dim = runner.hidden_size
         self.max_length = runner.max_length
         self._runner = runner
@@ -127,7 +129,7 @@ class DenseEncoder(Encoder):
             vec = normalise(vec) if self.normalize else vec.float()
             return (vec.cpu().numpy(),)
 
-        parts = runner.run(texts, batch_size or self.batch_size, numpy_step if runner.backend == "numpy" else step,
+        parts = runner.run(texts, batch_size or self.batch_size, numpy_step if runner.backend in ARRAY_BACKENDS else step,
                            desc=desc, show_progress=show_progress)
         return assemble_dense([(p, r[0]) for p, r in parts], len(texts), self.dense_dim)
 

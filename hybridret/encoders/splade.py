@@ -12,7 +12,8 @@ import scipy.sparse as sp
 from ..errors import EncoderError
 from ..models import DEFAULT_SPARSE_MODEL, is_hub_id, model_location, resolve_model
 from ._hf import DEFAULT_BACKEND, DeviceChoice, TransformerRunner, backend_config, check_backend, check_max_length
-from ._numpy_heads import numpy_splade_weights
+from ._numpy_heads import finish_splade, numpy_splade_weights
+from .backends import ARRAY_BACKENDS
 from .base import EncodedBatch, Encoder, loaded
 
 __all__ = ["HEAD_ROWS", "SpladeEncoder", "mlm_parts", "sparse_vocab_mask", "splade_weights", "splade_weights_sliced"]
@@ -140,7 +141,7 @@ def sparse_head(runner: TransformerRunner, doc_top_k: int | None, query_top_k: i
     """Validate top-k settings and return the vocabulary keep-mask (a float tensor on the model's
     device; a float32 array on the numpy backend) and the term list of a masked-LM runner's output layer."""
     check_top_k(doc_top_k, query_top_k)
-    if runner.backend == "numpy":
+    if runner.backend in ARRAY_BACKENDS:
         out_size = runner.model.vocab_out_size
         keep = sparse_vocab_mask(runner.tokenizer)
         keep = np.concatenate([keep, np.zeros(max(0, out_size - keep.shape[0]), dtype=bool)])[:out_size]
@@ -193,7 +194,7 @@ class SpladeEncoder(Encoder):
     def _load(self) -> None:
         self._fingerprint(self.model_name)
         runner = TransformerRunner(self.model_name, "mlm", device=self.device, max_length=self.max_length,
-                                   path=self.path, backend=self.backend)
+                                   path=self.path, backend=self.backend, onnx_head="splade")
         self._keep, self._vocab = sparse_head(runner, self.doc_top_k, self.query_top_k)
         self.max_length = runner.max_length
         self._runner = runner
@@ -226,10 +227,12 @@ class SpladeEncoder(Encoder):
                 desc: str) -> sp.csr_matrix:
         runner = self.runner
         model, keep = runner.model, self._keep
-        if runner.backend == "numpy":
+        if runner.backend in ARRAY_BACKENDS:
             def numpy_step(ids: np.ndarray, mask: np.ndarray) -> tuple[Any, ...]:
-                return (sp.csr_matrix(numpy_splade_weights(model, model.hidden(ids, mask), mask, keep, top_k,
-                                                                HEAD_ROWS)),)
+                if runner.backend == "numpy":
+                    return (sp.csr_matrix(numpy_splade_weights(model, model.hidden(ids, mask), mask, keep, top_k,
+                                                               HEAD_ROWS)),)
+                return (sp.csr_matrix(finish_splade(model.splade(ids, mask), keep, top_k)),)
 
             parts = runner.run(texts, batch_size or self.batch_size, numpy_step, desc=desc, show_progress=show_progress)
             return assemble_sparse([(p, r[0]) for p, r in parts], len(texts), len(self._vocab))
