@@ -51,8 +51,8 @@ LABELS = {
     "hybrid-default-today": "hybrid: default, on the same corpus built with the tantivy tf-grid sparse part (today)",
     "retriever-sparse-today": "retriever sparse top-10 on the tf-grid index (library path, today)",
 }
-EXACT = ("windows-exact", "windows-approx-escalated", "impact-exact", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store-pruned", "dense-faiss",
-         "dense-faiss-single", "dense-numpy-single")  # the dense part's paths are exact only when it is Flat
+EXACT = ("windows-exact", "windows-approx-escalated", "impact-exact", "tantivy-exact", "numpy-inverted", "scipy-brute",
+         "bm25-store-pruned", "dense-faiss", "dense-faiss-single", "dense-numpy-single")  # the dense part's paths are exact only when it is Flat
 
 
 def peak_rss_mb() -> float:

@@ -73,7 +73,8 @@ PRIOR_BYTES = {"generate": 1500, "build": 4000, "learned": 4500, "bm25": 1200, "
 PRIOR_BASE_MB = 700
 LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages measured
 GROUPS = ("learned", "bm25", "dense", "hybrid")
-PLOTTED = ("windows-exact", "windows-approx", "impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted", "scipy-brute", "bm25-store",
+PLOTTED = ("windows-exact", "windows-approx", "impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted",
+           "scipy-brute", "bm25-store",
            "bm25-store-pruned", "bm25-store-v1-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy",
            "hybrid-default", "hybrid-default-today")
 

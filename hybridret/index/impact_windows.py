@@ -124,9 +124,10 @@ class WindowImpactIndexBuilder(ForwardStoreBuilder):
             a.flush()
         del offs, imps, dense
         np.save(self.root / "terms.max.npy", tmax)
+        np.save(self.root / "terms.df.npy", self.df.astype(np.int64))
         np.save(self.root / "runs.ptr.npy", ptr)
         np.save(self.root / "runs.dense.npy", dense_id)
-        resident = 3 * m + ndense * W + ptr.nbytes + dense_id.nbytes + tmax.nbytes
+        resident = 3 * m + ndense * W + ptr.nbytes + dense_id.nbytes + tmax.nbytes + self.df.nbytes
         disk = sum(f.stat().st_size for f in self.root.iterdir() if f.is_file())
         nnz = max(1, self.nnz)
         atomic_write_json(self.root / "meta.json", {
@@ -164,19 +165,20 @@ class WindowImpactIndex(ForwardScored):
         fidx = np.asarray(load_npy(self.root / "forward.indices.npy")).view(np.ndarray)
         fdat = np.asarray(load_npy(self.root / "forward.data.npy")).view(np.ndarray)
         self.tmax = np.asarray(load_npy(self.root / "terms.max.npy", mmap=False))
+        self.df = np.asarray(load_npy(self.root / "terms.df.npy", mmap=False))  # postings per term
         self.ptr = np.asarray(load_npy(self.root / "runs.ptr.npy", mmap=False))
         self.dense_id = np.asarray(load_npy(self.root / "runs.dense.npy", mmap=False))
         self.offs = np.asarray(load_npy(self.root / "postings.offsets.npy")).view(np.ndarray)
         self.imps = np.asarray(load_npy(self.root / "postings.impacts.npy")).view(np.ndarray)
         self.dense = np.asarray(load_npy(self.root / "dense.impacts.npy")).view(np.ndarray)
         if (fptr.shape != (n + 1,) or fidx.shape != (nnz,) or fdat.shape != (nnz,) or int(fptr[-1]) != nnz
-                or self.tmax.shape != (V,) or self.ptr.shape != (nw * V + 1,) or int(self.ptr[-1]) != m
+                or self.tmax.shape != (V,) or self.df.shape != (V,) or self.ptr.shape != (nw * V + 1,)
+                or int(self.ptr[-1]) != m
                 or self.dense_id.shape != (nw * V,) or self.offs.shape != (m,) or self.imps.shape != (m,)
                 or self.dense.shape != (nd * W,)):
             raise IndexFormatError(f"{self.root}: part files do not match meta.json (truncated write?)")
         self._fptr, self._fidx, self._fdat = fptr, fidx, fdat
         self.forward = sp.csr_matrix((fdat, fidx, fptr), shape=(n, V), copy=False)
-        self.df = np.bincount(fidx, minlength=V) if nnz else np.zeros(V, np.int64)
         self._inv = np.where(self.tmax > 0, 255.0 / np.maximum(self.tmax, 1e-30), 0.0).astype(np.float64)
         self._scratch = threading.local()
 
@@ -197,7 +199,7 @@ class WindowImpactIndex(ForwardScored):
         """Bytes per learned posting: ``resident`` (what a search reads every time: runs, their
         directory, term maxima) and ``disk`` (every file, the float forward store included)."""
         nnz = max(1, int(self.meta["nnz"]))
-        resident = sum(a.nbytes for a in (self.offs, self.imps, self.dense, self.ptr, self.dense_id, self.tmax))
+        resident = sum(a.nbytes for a in (self.offs, self.imps, self.dense, self.ptr, self.dense_id, self.tmax, self.df))
         disk = sum(f.stat().st_size for f in self.root.iterdir() if f.is_file())
         return {"resident": resident / nnz, "disk": disk / nnz}
 
@@ -223,7 +225,8 @@ class WindowImpactIndex(ForwardScored):
             nonzero = np.count_nonzero(self.dense.reshape(-1, W), axis=1)
             have = have.copy()
             have[dense] = nonzero[self.dense_id[dense]]
-        if not np.array_equal(have, cnt):
+        df = np.bincount(self._fidx, minlength=V) if len(self._fidx) else np.zeros(V, np.int64)
+        if not np.array_equal(have, cnt) or not np.array_equal(df, self.df):
             problems.append(f"{self.root}: postings do not match the forward store")
         return problems
 
