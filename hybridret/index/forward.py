@@ -106,6 +106,24 @@ class ForwardScored:
         np.cumsum(np.bincount(owner[keep], minlength=q.shape[0]), out=ptr[1:])
         return ptr, q.indices[keep].astype(np.int64), q.data[keep].astype(np.float32)
 
+    def _search_args(self, k: Any, mode: str, modes: tuple[str, ...], approx_depth: Any,
+                     allowed: np.ndarray | None) -> tuple[int, np.ndarray]:
+        """The checks every pruned part's ``search`` makes: ``k``, the mode, ``approx_depth``, and
+        the ``allowed`` mask (returned as a contiguous bool array; empty for none)."""
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ConfigError(f"k must be a positive integer, got {k!r}")
+        if mode not in modes:
+            raise ConfigError(f"sparse mode must be one of {', '.join(modes)}, got {mode!r}")
+        if approx_depth is not None and (isinstance(approx_depth, bool) or not isinstance(approx_depth, (int, np.integer))
+                                         or approx_depth < 1):
+            raise ConfigError(f"approx_depth must be a positive integer, got {approx_depth!r}")
+        mask = np.zeros(0, dtype=np.bool_)
+        if allowed is not None:
+            mask = np.ascontiguousarray(allowed, dtype=np.bool_)
+            if mask.shape != (self.num_docs,):
+                raise ConfigError(f"allowed mask has shape {mask.shape}, expected ({self.num_docs},)")
+        return int(k), mask
+
     def score(self, queries: Any, rows: np.ndarray, *, threads: int | None = 1) -> np.ndarray:
         """Exact dot products of each query with the rows ``rows[i]`` (``-1`` -> 0), from the forward store."""
         from . import _impact_kernels

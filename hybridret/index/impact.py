@@ -219,22 +219,11 @@ class ImpactIndex(ForwardScored):
         ``approx_depth`` override its stop factor and re-scoring depth (defaults by segment size:
         :data:`APPROX_SMALL`, :data:`APPROX_BIG`). ``threads``: worker threads over blocks of queries
         (``None``: every core)."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ConfigError(f"k must be a positive integer, got {k!r}")
-        if mode not in MODES:
-            raise ConfigError(f"sparse mode must be one of {', '.join(MODES)}, got {mode!r}")
+        k, mask = self._search_args(k, mode, MODES, approx_depth, allowed)
         if approx_stop is not None and not (isinstance(approx_stop, (int, float)) and 1.0 <= approx_stop < np.inf):
             raise ConfigError(f"approx_stop must be a number >= 1, got {approx_stop!r}")
-        if approx_depth is not None and (isinstance(approx_depth, bool) or not isinstance(approx_depth, (int, np.integer))
-                                         or approx_depth < 1):
-            raise ConfigError(f"approx_depth must be a positive integer, got {approx_depth!r}")
         ptr, terms, weights = self._queries(queries)
         nq = len(ptr) - 1
-        mask = np.zeros(0, dtype=np.bool_)
-        if allowed is not None:
-            mask = np.asarray(allowed, dtype=np.bool_)
-            if mask.shape != (self.num_docs,):
-                raise ConfigError(f"allowed mask has shape {mask.shape}, expected ({self.num_docs},)")
         rows = np.full((nq, k), -1, dtype=np.int64)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
         work = np.zeros((nq, 3), dtype=np.int64)

@@ -38,6 +38,7 @@ rest are scored exactly. Each query's answer is **certified exact** when no row 
 reach its k-th score (the best partial score not re-scored plus ``E`` plus the left-out terms'
 bounds stays below it): :class:`~.impact.ImpactSearchStats` ``certified`` reports it per query,
 and ``escalate=True`` re-runs the queries that are not certified exactly, so every answer is.
+Segments of one window or less answer approximate searches exactly (the pass would save nothing).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ DENSE_SHARE = 0.25  # a run holding at least this share of its window's rows is 
 # the query terms whose bounds make up this share of the query's total bound
 APPROX_DEPTH = 100
 APPROX_KEEP = 0.8
+APPROX_MIN_ROWS = 1 << SHIFT  # smaller segments answer approximate searches exactly (nothing to save there)
 MODES = ("exact", "approx")
 _CHUNK = 1 << 20  # forward rows read per step of a build (the memory maps' pages stay few)
 
@@ -250,25 +252,16 @@ class WindowImpactIndex(ForwardScored):
         ``approx_keep`` of the total bound, default :data:`APPROX_KEEP`) and re-scores the
         ``approx_depth`` best partial scores (default :data:`APPROX_DEPTH` per 10 results); each
         query's answer is certified exact or not (``stats.certified``), and ``escalate=True``
-        re-runs those that are not exactly. ``threads``: worker threads over blocks of queries
+        re-runs those that are not exactly. Segments under :data:`APPROX_MIN_ROWS` rows (one
+        window) answer ``"approx"`` exactly. ``threads``: worker threads over blocks of queries
         (``None``: every core)."""
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
-            raise ConfigError(f"k must be a positive integer, got {k!r}")
-        if mode not in MODES:
-            raise ConfigError(f"sparse mode must be one of {', '.join(MODES)}, got {mode!r}")
+        k, mask = self._search_args(k, mode, MODES, approx_depth, allowed)
+        if self.num_docs < APPROX_MIN_ROWS:
+            mode = "exact"  # one window: the approximate pass would save next to nothing
         if approx_keep is not None and not (isinstance(approx_keep, (int, float)) and 0.0 < approx_keep <= 1.0):
             raise ConfigError(f"approx_keep must be a share in (0, 1], got {approx_keep!r}")
-        if approx_depth is not None and (isinstance(approx_depth, bool) or not isinstance(approx_depth, (int, np.integer))
-                                         or approx_depth < 1):
-            raise ConfigError(f"approx_depth must be a positive integer, got {approx_depth!r}")
-        k = int(k)
         ptr, terms, weights = self._queries(queries)
         nq = len(ptr) - 1
-        mask = np.zeros(0, dtype=np.bool_)
-        if allowed is not None:
-            mask = np.ascontiguousarray(allowed, dtype=np.bool_)
-            if mask.shape != (self.num_docs,):
-                raise ConfigError(f"allowed mask has shape {mask.shape}, expected ({self.num_docs},)")
         rows = np.full((nq, k), -1, dtype=np.int64)
         scores = np.full((nq, k), -np.inf, dtype=np.float32)
         work = np.zeros((nq, 3), dtype=np.int64)

@@ -37,7 +37,7 @@ from typing import Any
 
 from .._version import __version__
 from ..errors import IndexFormatError, IndexNotFoundError
-from .storage import atomic_write_json, fsync_dir, read_json
+from .storage import atomic_write_json, fsync_dir, fsync_file, read_json
 
 __all__ = ["FORMAT_VERSION", "HISTORY", "MANIFEST", "PENDING", "check_expected", "check_lineage", "collect_garbage",
            "commit", "library_versions", "link_file", "link_tree", "names", "new_segment", "read_manifest", "segment_files",
@@ -111,21 +111,10 @@ def link_tree(src: Path, dst: Path) -> None:
     shutil.copytree(src, dst, copy_function=copy, dirs_exist_ok=True)
 
 
-def _sync_file(path: str | Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _sync_tree(path: Path) -> None:
     for dirpath, _, files in os.walk(path):
         for name in files:
-            _sync_file(os.path.join(dirpath, name))
+            fsync_file(os.path.join(dirpath, name))
         fsync_dir(dirpath)
 
 
@@ -151,7 +140,7 @@ def commit(root: str | Path, body: dict[str, Any], *, previous: dict[str, Any] |
             _sync_tree(path)
             (path / BUILDING).unlink()
         elif seg.get("deleted") and committed.get(seg["name"]) != seg["deleted"]:
-            _sync_file(path / seg["deleted"])  # a new tombstone file: the segment's other files were synced with it
+            fsync_file(path / seg["deleted"])  # a new tombstone file: the segment's other files were synced with it
             fsync_dir(path)
     fsync_dir(root)
     prev = previous or {}

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import IndexFormatError
 
-__all__ = ["NpyAppender", "atomic_write_json", "atomic_write_npy", "fsync_dir", "load_npy", "read_json"]
+__all__ = ["NpyAppender", "atomic_write_json", "atomic_write_npy", "fsync_dir", "fsync_file", "load_npy", "read_json"]
 
 _HEADER_LEN = 128  # bytes reserved for the .npy header: room for any 2-D shape we write
 
@@ -73,8 +73,7 @@ def load_npy(path: str | Path, *, mmap: bool = True) -> np.ndarray:
         raise IndexFormatError(f"corrupt index file {path}: {exc}") from exc
 
 
-def fsync_dir(path: str | Path) -> None:
-    """Flush a directory entry (so a rename inside it survives a crash); a no-op where unsupported."""
+def _fsync(path: str | Path, *, quiet: bool) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -82,9 +81,20 @@ def fsync_dir(path: str | Path) -> None:
     try:
         os.fsync(fd)
     except OSError:
-        pass
+        if not quiet:
+            raise
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Flush a directory entry (so a rename inside it survives a crash); a no-op where unsupported."""
+    _fsync(path, quiet=True)
+
+
+def fsync_file(path: str | Path) -> None:
+    """Flush a file's data to disk (an error flushing it is raised: the write is not durable)."""
+    _fsync(path, quiet=False)
 
 
 def _atomic_write(path: Path, write: Any, mode: str) -> None:
