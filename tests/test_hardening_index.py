@@ -281,7 +281,8 @@ def test_search_arguments_property(small_index, paired_encoder, queries, k, meth
         hits = r.search(queries, k=k, method=method, filter=filt)
     except HybridRetError:
         return
-    assert hits.rows.shape == (len(hits.queries), min(k, r.num_docs))  # k beyond the index: its width
+    want = 10 if k is None else k  # k=None: the request's default (search(queries, k=None) as search(queries))
+    assert hits.rows.shape == (len(hits.queries), min(want, r.num_docs))  # k beyond the index: its width
     for i in range(len(hits)):
         for h in hits[i]:
             json.dumps(h.to_dict(), allow_nan=False)
