@@ -1,7 +1,9 @@
 """The float forward store of a learned-sparse part (one CSR row of term weights per document),
 streamed to ``forward.indptr.npy`` (int64), ``forward.indices.npy`` (int32) and
 ``forward.data.npy`` (float32), and the checks document and query vectors pass before they are
-stored or searched. Shared by the impact part (``impact.py``) and the tf-grid part (``learned.py``)."""
+stored or searched; :class:`ForwardScored`, what a part answers from it alone, and the opening of a
+part folder. Shared by the impact parts (``impact.py``, ``impact_windows.py``) and the tf-grid part
+(``learned.py``)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,19 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import ConfigError
-from .storage import NpyAppender
+from ..errors import ConfigError, IndexFormatError
+from .storage import NpyAppender, load_npy, read_json
 
-__all__ = ["ForwardScored", "ForwardStoreBuilder", "check_queries"]
+__all__ = ["ForwardScored", "ForwardStoreBuilder", "check_queries", "new_part_folder"]
+
+
+def new_part_folder(root: str | Path) -> Path:
+    """``root`` created if absent; a :class:`ConfigError` when it holds anything already."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    if any(root.iterdir()):
+        raise ConfigError(f"{root} is not empty")
+    return root
 
 
 class ForwardStoreBuilder:
@@ -95,6 +106,33 @@ class ForwardScored:
     @property
     def num_docs(self) -> int:
         return int(self.forward.shape[0])
+
+    def _open(self, root: str | Path, fmt: str, keys: tuple[str, ...]) -> list[int]:
+        """Read ``root/meta.json`` (its ``format`` must be ``fmt``) into ``self.root`` and
+        ``self.meta``; returns the integer fields ``keys``."""
+        self.root = Path(root)
+        meta = read_json(self.root / "meta.json")
+        if not isinstance(meta, dict) or meta.get("format") != fmt:
+            raise IndexFormatError(f"{self.root}: unsupported learned-sparse part format {meta.get('format')!r}")
+        self.meta = meta
+        try:
+            return [int(meta[key]) for key in keys]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IndexFormatError(f"{self.root}/meta.json: missing or bad field {exc}") from exc
+
+    def _open_forward(self, n: int, nnz: int, vocab_size: int) -> bool:
+        """Open the forward files (indices and data memory-mapped) as ``forward`` over ``n`` rows
+        and ``vocab_size`` terms; whether their shapes match ``n`` and ``nnz`` (the caller raises,
+        with its own files' checks)."""
+        fptr = np.asarray(load_npy(self.root / "forward.indptr.npy", mmap=False))
+        fidx = np.asarray(load_npy(self.root / "forward.indices.npy")).view(np.ndarray)
+        fdat = np.asarray(load_npy(self.root / "forward.data.npy")).view(np.ndarray)
+        ok = (fptr.shape == (n + 1,) and fidx.shape == (nnz,) and fdat.shape == (nnz,) and int(fptr[-1]) == nnz)
+        self.vocab_size = vocab_size
+        self._fptr, self._fidx, self._fdat = fptr, fidx, fdat
+        if ok:
+            self.forward = sp.csr_matrix((fdat, fidx, fptr), shape=(n, vocab_size), copy=False)
+        return ok
 
     def _queries(self, queries: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """CSR of the batch over terms some document has, weights > 0, terms ascending."""

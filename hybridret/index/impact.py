@@ -51,12 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import ConfigError, IndexFormatError
 from ._blocks import in_blocks
-from .forward import ForwardScored, ForwardStoreBuilder
-from .storage import atomic_write_json, load_npy, read_json
+from .forward import ForwardScored, ForwardStoreBuilder, new_part_folder
+from .storage import atomic_write_json, load_npy
 
 __all__ = ["FORMAT", "ImpactIndex", "ImpactIndexBuilder", "ImpactSearchStats", "approx_recall"]
 
@@ -146,29 +145,16 @@ class ImpactIndex(ForwardScored):
     """One segment's pruned learned-sparse part, opened read-only (arrays memory-mapped)."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        meta = read_json(self.root / "meta.json")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise IndexFormatError(f"{self.root}: unsupported learned-sparse part format {meta.get('format')!r}")
-        self.meta = meta
-        try:
-            n, nnz, V, L = (int(meta[key]) for key in ("num_docs", "nnz", "vocab_size", "layers"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise IndexFormatError(f"{self.root}/meta.json: missing or bad field {exc}") from exc
-        self.vocab_size, self.layers = V, L
-        fptr = np.asarray(load_npy(self.root / "forward.indptr.npy", mmap=False))
-        fidx = np.asarray(load_npy(self.root / "forward.indices.npy")).view(np.ndarray)
-        fdat = np.asarray(load_npy(self.root / "forward.data.npy")).view(np.ndarray)
+        n, nnz, V, L = self._open(root, FORMAT, ("num_docs", "nnz", "vocab_size", "layers"))
+        self.layers = L
+        forward_ok = self._open_forward(n, nnz, V)
         self.docs = np.asarray(load_npy(self.root / "postings.docs.npy")).view(np.ndarray)
         self.w = np.asarray(load_npy(self.root / "postings.w.npy")).view(np.ndarray)
         self.lptr = np.asarray(load_npy(self.root / "layers.ptr.npy", mmap=False))
         self.lmax = np.asarray(load_npy(self.root / "layers.max.npy", mmap=False))
-        if (fptr.shape != (n + 1,) or fidx.shape != (nnz,) or fdat.shape != (nnz,) or int(fptr[-1]) != nnz
-                or self.docs.shape != (nnz,) or self.w.shape != (nnz,) or self.lptr.shape != (V * L + 1,)
+        if (not forward_ok or self.docs.shape != (nnz,) or self.w.shape != (nnz,) or self.lptr.shape != (V * L + 1,)
                 or self.lmax.shape != (V * L,) or int(self.lptr[-1]) != nnz):
             raise IndexFormatError(f"{self.root}: part files do not match meta.json (truncated write?)")
-        self._fptr, self._fidx, self._fdat = fptr, fidx, fdat
-        self.forward = sp.csr_matrix((fdat, fidx, fptr), shape=(n, V), copy=False)
         self.df = self.lptr[L::L] - self.lptr[:-1:L]  # postings per term
         self._scratch = threading.local()
 
@@ -179,11 +165,7 @@ class ImpactIndex(ForwardScored):
         fr = tuple(float(f) for f in fractions)
         if not fr or fr[0] <= 0 or fr[-1] != 1.0 or any(not a < b for a, b in zip(fr, fr[1:])):
             raise ConfigError(f"fractions must increase strictly from above 0 to 1.0, got {fractions!r}")
-        root = Path(root)
-        root.mkdir(parents=True, exist_ok=True)
-        if any(root.iterdir()):
-            raise ConfigError(f"{root} is not empty")
-        return ImpactIndexBuilder(root, vocab_size, fr)
+        return ImpactIndexBuilder(new_part_folder(root), vocab_size, fr)
 
     def check(self) -> list[str]:
         """The values check of ``info --check``: weights finite and non-negative, postings equal to

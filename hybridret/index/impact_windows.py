@@ -51,13 +51,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..errors import ConfigError, IndexFormatError
 from ._blocks import in_blocks
-from .forward import ForwardScored, ForwardStoreBuilder
+from .forward import ForwardScored, ForwardStoreBuilder, new_part_folder
 from .impact import ImpactSearchStats
-from .storage import atomic_write_json, load_npy, read_json
+from .storage import atomic_write_json, load_npy
 
 __all__ = ["FORMAT", "WindowImpactIndex", "WindowImpactIndexBuilder"]
 
@@ -148,24 +147,13 @@ class WindowImpactIndex(ForwardScored):
     memory-mapped)."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        meta = read_json(self.root / "meta.json")
-        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise IndexFormatError(f"{self.root}: unsupported learned-sparse part format {meta.get('format')!r}")
-        self.meta = meta
-        try:
-            n, nnz, V, shift, m, nd = (int(meta[key]) for key in ("num_docs", "nnz", "vocab_size", "window_shift",
-                                                                  "sparse_postings", "dense_runs"))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise IndexFormatError(f"{self.root}/meta.json: missing or bad field {exc}") from exc
+        n, nnz, V, shift, m, nd = self._open(root, FORMAT, ("num_docs", "nnz", "vocab_size", "window_shift",
+                                                             "sparse_postings", "dense_runs"))
         if shift != SHIFT:
             raise IndexFormatError(f"{self.root}/meta.json: window_shift {shift}, this hybridret reads {SHIFT}")
-        self.vocab_size = V
         W = 1 << SHIFT
         nw = (n + W - 1) >> SHIFT
-        fptr = np.asarray(load_npy(self.root / "forward.indptr.npy", mmap=False))
-        fidx = np.asarray(load_npy(self.root / "forward.indices.npy")).view(np.ndarray)
-        fdat = np.asarray(load_npy(self.root / "forward.data.npy")).view(np.ndarray)
+        forward_ok = self._open_forward(n, nnz, V)
         self.tmax = np.asarray(load_npy(self.root / "terms.max.npy", mmap=False))
         self.df = np.asarray(load_npy(self.root / "terms.df.npy", mmap=False))  # postings per term
         self.ptr = np.asarray(load_npy(self.root / "runs.ptr.npy", mmap=False))
@@ -173,37 +161,28 @@ class WindowImpactIndex(ForwardScored):
         self.offs = np.asarray(load_npy(self.root / "postings.offsets.npy")).view(np.ndarray)
         self.imps = np.asarray(load_npy(self.root / "postings.impacts.npy")).view(np.ndarray)
         self.dense = np.asarray(load_npy(self.root / "dense.impacts.npy")).view(np.ndarray)
-        if (fptr.shape != (n + 1,) or fidx.shape != (nnz,) or fdat.shape != (nnz,) or int(fptr[-1]) != nnz
-                or self.tmax.shape != (V,) or self.df.shape != (V,) or self.ptr.shape != (nw * V + 1,)
-                or int(self.ptr[-1]) != m
-                or self.dense_id.shape != (nw * V,) or self.offs.shape != (m,) or self.imps.shape != (m,)
-                or self.dense.shape != (nd * W,)):
+        if (not forward_ok or self.tmax.shape != (V,) or self.df.shape != (V,) or self.ptr.shape != (nw * V + 1,)
+                or int(self.ptr[-1]) != m or self.dense_id.shape != (nw * V,) or self.offs.shape != (m,)
+                or self.imps.shape != (m,) or self.dense.shape != (nd * W,)):
             raise IndexFormatError(f"{self.root}: part files do not match meta.json (truncated write?)")
-        self._fptr, self._fidx, self._fdat = fptr, fidx, fdat
-        self.forward = sp.csr_matrix((fdat, fidx, fptr), shape=(n, V), copy=False)
         self._inv = np.where(self.tmax > 0, 255.0 / np.maximum(self.tmax, 1e-30), 0.0).astype(np.float64)
         self._scratch = threading.local()
 
     @staticmethod
     def create(root: str | Path, vocab_size: int) -> WindowImpactIndexBuilder:
         """Start a new part in the empty or absent folder ``root``."""
-        root = Path(root)
-        root.mkdir(parents=True, exist_ok=True)
-        if any(root.iterdir()):
-            raise ConfigError(f"{root} is not empty")
-        return WindowImpactIndexBuilder(root, vocab_size)
+        return WindowImpactIndexBuilder(new_part_folder(root), vocab_size)
 
     @property
     def windows(self) -> int:
         return (self.num_docs + (1 << SHIFT) - 1) >> SHIFT
 
     def bytes_per_posting(self) -> dict[str, float]:
-        """Bytes per learned posting: ``resident`` (what a search reads every time: runs, their
-        directory, term maxima) and ``disk`` (every file, the float forward store included)."""
-        nnz = max(1, int(self.meta["nnz"]))
-        resident = sum(a.nbytes for a in (self.offs, self.imps, self.dense, self.ptr, self.dense_id, self.tmax, self.df))
-        disk = sum(f.stat().st_size for f in self.root.iterdir() if f.is_file())
-        return {"resident": resident / nnz, "disk": disk / nnz}
+        """Bytes per learned posting, as the build measured them: ``resident`` (what a search reads
+        every time: runs, their directory, term maxima and counts) and ``disk`` (every file, the
+        float forward store included)."""
+        return {"resident": float(self.meta["bytes_per_posting_resident"]),
+                "disk": float(self.meta["bytes_per_posting_disk"])}
 
     def check(self) -> list[str]:
         """The values check of ``info --check``: weights finite and non-negative, every forward

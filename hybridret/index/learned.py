@@ -43,7 +43,7 @@ import scipy.sparse as sp
 from ..errors import ConfigError, IndexFormatError
 from ._tantivy import SparseSearchStats, run_queries
 from ._tantivy import open_tantivy as _open_tantivy
-from .forward import ForwardStoreBuilder, check_queries
+from .forward import ForwardStoreBuilder, check_queries, new_part_folder
 from .storage import atomic_write_json, load_npy, read_json
 
 __all__ = ["LearnedIndex", "LearnedIndexBuilder", "SparseSearchStats", "fieldnorm_table"]
@@ -302,11 +302,7 @@ class LearnedIndex:
             raise ConfigError(f"fillers_per_doc must be between 0 and 10000, got {fillers_per_doc}")
         if max_weight is not None and not max_weight > 0:
             raise ConfigError(f"max_weight must be positive, got {max_weight}")
-        root = Path(root)
-        root.mkdir(parents=True, exist_ok=True)
-        if any(root.iterdir()):
-            raise ConfigError(f"{root} is not empty")
-        return LearnedIndexBuilder(root, vocab_size, levels=levels, fillers_per_doc=fillers_per_doc, rounding=rounding,
+        return LearnedIndexBuilder(new_part_folder(root), vocab_size, levels=levels, fillers_per_doc=fillers_per_doc, rounding=rounding,
                                    max_weight=max_weight, heap_size=heap_size)
 
     def _check_curve(self) -> None:
