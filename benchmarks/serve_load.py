@@ -67,6 +67,23 @@ def build_index(out: Path, docs: int | None = None) -> None:
                    check=True, env=ENV)
 
 
+def base_index(args: argparse.Namespace, base: Path) -> None:
+    """The index every mode starts from: a copy of ``--index``, or the sample corpus built."""
+    if args.index:
+        shutil.copytree(args.index, base, ignore=shutil.ignore_patterns("*.lock", "leases"))
+    else:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        build_index(base, args.docs)
+
+
+def serve_copy(base: Path, copy: Path, mode: str, args: argparse.Namespace) -> tuple[Server, int]:
+    """A server on a fresh copy of ``base``, ready, and the documents it holds."""
+    shutil.copytree(base, copy)
+    server = Server(copy, mode, args.window_ms, args.max_batch)
+    server.wait()
+    return server, httpx.get(f"{server.url}/health").json()["num_docs"]
+
+
 class Server:
     def __init__(self, index: Path, mode: str, window_ms: float, max_batch: int) -> None:
         self.port = free_port()
@@ -213,19 +230,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="serve-load-"))
     try:
         base = work / "base"
-        if args.index:
-            shutil.copytree(args.index, base, ignore=shutil.ignore_patterns("*.lock", "leases"))
-        else:
-            build_index(base, args.docs)
+        base_index(args, base)
         report: dict[str, Any] = {"seconds_per_level": args.seconds, "add_ratio": args.add_ratio,
                                   "window_ms": args.window_ms, "max_batch": args.max_batch,
                                   "cpus": os.cpu_count(), "index_docs": None, "modes": {}}
         for mode in args.modes:
-            copy = work / f"idx-{mode}"
-            shutil.copytree(base, copy)
-            server = Server(copy, mode, args.window_ms, args.max_batch)
-            server.wait()
-            report["index_docs"] = httpx.get(f"{server.url}/health").json()["num_docs"]
+            server, report["index_docs"] = serve_copy(base, work / f"idx-{mode}", mode, args)
             levels = []
             acked: list[dict[str, Any]] = []
             for n in args.clients:
@@ -292,17 +302,9 @@ def main_writes(args: argparse.Namespace, ap: argparse.ArgumentParser) -> int:
                               "loadavg_before": [round(x, 2) for x in load], "index_docs": None, "modes": {}}
     try:
         base = work / "base"
-        if args.index:
-            shutil.copytree(args.index, base, ignore=shutil.ignore_patterns("*.lock", "leases"))
-        else:
-            base.parent.mkdir(parents=True, exist_ok=True)
-            build_index(base, args.docs)
+        base_index(args, base)
         for run, mode in [(r, m) for r in range(args.repeats) for m in args.modes]:
-            copy = work / f"idx-{mode}-{run}"
-            shutil.copytree(base, copy)
-            server = Server(copy, mode, args.window_ms, args.max_batch)
-            server.wait()
-            report["index_docs"] = httpx.get(f"{server.url}/health").json()["num_docs"]
+            server, report["index_docs"] = serve_copy(base, work / f"idx-{mode}-{run}", mode, args)
             levels = []
             state: dict[str, Any] = {}
             unknown: set[str] = set()
