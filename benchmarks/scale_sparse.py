@@ -194,8 +194,17 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
             "single_queries": max(5, min(args.single_queries, int(args.single_queries * 100_000 / n))),
             "hybrid_queries": args.hybrid_queries, "in_process": args.smoke}
     res: dict[str, Any] = {"size": n, "resampled": n != args.src_n}
-    res["generate"] = run_step("generate", base, d)
-    res["build"] = run_step("build", base, d)
+    kept = reused_folder(n, args.reuse)
+    if kept is not None:  # a kept size from an earlier run (--reuse): its corpus, index and their figures
+        d = kept
+        base.update(data=str(d / "data"), index=str(d / "index"))
+        res["reused"] = str(d)
+        for st in ("generate", "build"):
+            res[st] = json.loads((d / f"{st}.out.json").read_text())
+        logger.info("  reusing the corpus and index kept in %s", d)
+    else:
+        res["generate"] = run_step("generate", base, d)
+        res["build"] = run_step("build", base, d)
     parts = res["build"]["parts"]
     by_class = {p["class"]: p for p in parts.values()}
     spec = dict(base)
@@ -207,6 +216,9 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
         spec["impact_dir"] = by_class["ImpactIndex"]["dir"]
     elif isinstance(paths.impact_class(), Exception):
         spec["impact_reason"] = f"hybridret.index.impact not importable ({paths.impact_class()})"
+    elif kept is not None and (d / "build-part.out.json").is_file() and (d / "impact" / "meta.json").is_file():
+        res["impact_standalone"] = json.loads((d / "build-part.out.json").read_text())
+        spec["impact_dir"] = str(d / "impact")
     else:
         res["impact_standalone"] = run_step("build-part", {**base, "dir": str(d / "impact")}, d)
         spec["impact_dir"] = str(d / "impact")
@@ -233,9 +245,19 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
             res[g] = {"paths": {}, "skipped": "the index has no such part"}
             continue
         res[g] = run_step(g, spec, d)
-    if not args.keep:
+    if not args.keep and kept is None:
         shutil.rmtree(d, ignore_errors=True)
     return res
+
+
+def reused_folder(n: int, dirs: list[Path]) -> Path | None:
+    """The folder of size ``n`` kept by an earlier ``--keep`` run in one of ``dirs`` (the first that
+    has its generated corpus, its index and both steps' figures), or ``None``."""
+    for w in dirs:
+        d = Path(w) / f"n{n}"
+        if all((d / f).exists() for f in ("generate.out.json", "build.out.json", "data", "index/manifest.json")):
+            return d
+    return None
 
 
 # --------------------------------------------------------------------------- report
@@ -435,6 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-share", type=float, default=0.8, help="of the memory available now a step may need")
     ap.add_argument("--workdir", type=Path, default=None, help="where corpora and indexes go (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep each size's corpus and index")
+    ap.add_argument("--reuse", type=Path, action="append", default=[],
+                    help="a work folder kept by an earlier --keep run (repeatable): a size found there is searched "
+                         "again without generating or building it (its build figures are the earlier run's)")
     ap.add_argument("--smoke", action="store_true", help="one 10k size, 40 queries, in-process (CI)")
     ap.add_argument("--smoke-docs", type=int, default=200, help="--smoke without an index: passages to encode")
     ap.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/scale-sparse.json)")
@@ -478,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     skipped: list[dict[str, Any]] = []
     try:
         for n in sizes:
-            need = predict_peaks(n, results)
+            builds = ("generate", "build") if reused_folder(n, args.reuse) is None else ()
+            need = {k: v for k, v in predict_peaks(n, results).items() if k in builds or k in args.groups}
+            need = need or {"nothing to run": 0.0}
             have = available_mb() * args.memory_share
             spent = time.perf_counter() - t_start
             eta = (results[-1]["seconds"] * n / results[-1]["size"]) if results else 0.0
