@@ -29,7 +29,7 @@ from hybridret.encoders import EncodedBatch
 
 SLICE = 16_384  # rows the encoder holds at once (two slices at most)
 FORMAT_CLASS = {"hybridret-dense-v1": "DenseIndex", "hybridret-learned-v1": "LearnedIndex",
-                "hybridret-bm25-v1": "BM25Store", "hybridret-bm25-v2": "BM25Store", "hybridret-impact-v1": "ImpactIndex",
+                "hybridret-bm25-v1": "BM25Store", "hybridret-bm25-v2": "BM25Store", "hybridret-bm25-v3": "BM25Store", "hybridret-impact-v1": "ImpactIndex",
                 "hybridret-impact-v2": "WindowImpactIndex",
                 "hybridret-sparse-v1": "SparseIndex (format 1)"}
 

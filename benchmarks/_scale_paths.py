@@ -9,6 +9,7 @@ path's top-10 against a reference computed independently in the same process.
 from __future__ import annotations
 
 import inspect
+import json
 import resource
 import time
 from collections.abc import Callable
@@ -32,7 +33,9 @@ LABELS = {
     "scipy-brute": "learned sparse exact: scipy Q @ D.T in document blocks (reference)",
     "impact-approx": "learned sparse approx: ImpactIndex mode='approx'",
     "bm25-store": "BM25: BM25Store, exhaustive (today)",
-    "bm25-store-pruned": "BM25: BM25Store, pruned (v2: u8 impacts, windowed MaxScore)",
+    "bm25-store-pruned": "BM25: BM25Store as built (v3: u8 impact windows; v2: u8 impacts, windowed MaxScore)",
+    "bm25-store-v3": "BM25: BM25Store v3 (u8 impact windows, the default), same postings",
+    "bm25-store-v2": "BM25: BM25Store v2 (u8 impacts, windowed MaxScore), same postings",
     "bm25-store-v1-pruned": "BM25: BM25Store v1 MaxScore over float64 factors (before #30)",
     "bm25s-numba": "BM25: bm25s numba, incl. tokenising (peer)",
     "bm25s-numba-pretokenised": "BM25: bm25s numba, pre-tokenised queries",
@@ -308,6 +311,12 @@ def group_bm25(spec: dict[str, Any], texts: list[str], ms: np.ndarray) -> dict[s
                 return v1.search(store.own_queries(tokens), avgdl, K, threads=1, prune=True, fac=fac)
 
             add("bm25-store-v1-pruned", v1_search)
+        other = _sibling_store(store, Path(spec["data"]).parent)
+        if other is not None:  # the other impact format over the same postings, in the same run
+            name = "bm25-store-v3" if other.windows is not None else "bm25-store-v2"
+            out["sibling_store"] = {"path": name, "dir": str(other.root), "format": other.meta["format"]}
+            add(name, lambda qs: other.search(other.own_queries([list(store.analyzer.analyze(t)) for t in qs]),
+                                              avgdl, K, threads=1, prune=True))
     else:
         add("bm25-store", store_search)
         out["paths"]["bm25-store-pruned"] = unavailable("BM25Store.search has no prune= switch yet (this code "
@@ -357,6 +366,35 @@ def group_bm25(spec: dict[str, Any], texts: list[str], ms: np.ndarray) -> dict[s
             out["paths"].setdefault(base, {}).update({"available": True, **r})
     out["peak_rss_MB"] = peak_rss_mb()
     return out
+
+
+def _sibling_store(store: Any, work: Path) -> Any:
+    """The same postings with the other impact format (v2 for a v3 store, v3 for a v2 one), in
+    ``work/bm25-<format>`` (the v1 files hard-linked, the impact files written; kept): ``None``
+    for a v1 store."""
+    import os
+    import shutil
+
+    from hybridret.index.bm25 import FORMAT_V2, FORMAT_V3, BM25Store, fieldnorm_to_id, norm_table
+    from hybridret.index.bm25_impacts import write_impacts
+    from hybridret.index.bm25_windows import write_windows
+
+    fmt = {FORMAT_V2: FORMAT_V3, FORMAT_V3: FORMAT_V2}.get(store.meta.get("format"))
+    if fmt is None:
+        return None
+    root = work / f"bm25-{fmt.rsplit('-', 1)[-1]}"
+    if not (root / "meta.json").is_file():
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        for f in ("vocab.json", "postings.indptr.npy", "postings.docs.npy", "postings.tf.npy", "lengths.npy"):
+            os.link(store.root / f, root / f)
+        meta = {k: store.meta[k] for k in ("num_docs", "num_terms", "nnz", "total_len", "k1", "b")}
+        a0 = store.own_avgdl
+        write = write_windows if fmt == FORMAT_V3 else write_impacts
+        meta.update(write(root, store.indptr, store.docs, store.tfs, fieldnorm_to_id(store.lengths), a0, norm_table(a0)),
+                    format=fmt)
+        (root / "meta.json").write_text(json.dumps(meta))
+    return BM25Store(root)
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> float:

@@ -75,7 +75,7 @@ LEARNED_S_PER_DOC = 0.8e-3  # tantivy tf-grid build, ~22-26 s per 30k passages m
 GROUPS = ("learned", "bm25", "dense", "hybrid")
 PLOTTED = ("windows-exact", "windows-approx", "impact-exact", "impact-approx", "tantivy-exact", "numpy-inverted",
            "scipy-brute", "bm25-store",
-           "bm25-store-pruned", "bm25-store-v1-pruned", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy",
+           "bm25-store-pruned", "bm25-store-v1-pruned", "bm25-store-v2", "bm25-store-v3", "bm25s-numba", "dense-hybridret", "dense-faiss", "dense-numpy",
            "hybrid-default", "hybrid-default-today")
 
 
@@ -295,6 +295,11 @@ def ratios(res: dict[str, Any]) -> dict[str, float | None]:
             "bm25 exhaustive vs bm25s numba (x faster)": over("bm25-store", "bm25s-numba"),
             "bm25 pruned vs exhaustive (x faster)": over("bm25-store-pruned", "bm25-store"),
             "bm25 v1 pruned vs bm25s numba (x faster)": over("bm25-store-v1-pruned", "bm25s-numba"),
+            "bm25 v3 vs bm25s numba (x faster)": over("bm25-store-v3", "bm25s-numba") or (
+                over("bm25-store-pruned", "bm25s-numba") if res.get("bm25", {}).get("store_format", "").endswith("v3")
+                else None),
+            "bm25 v3 vs v2 (x faster)": over("bm25-store-v3", "bm25-store-pruned") or over("bm25-store-pruned",
+                                                                                         "bm25-store-v2"),
             "dense hybridret vs faiss direct (x faster)": over("dense-hybridret", "dense-faiss"),
             "dense hybridret vs numpy (x faster)": over("dense-hybridret", "dense-numpy"),
             "hybrid default ms/query": ms.get("hybrid-default"),

@@ -1,5 +1,6 @@
-"""The v2 BM25 store (``hybridret-bm25-v2``: u8 quantized impacts, ``index/bm25_impacts.py``)
-against the exhaustive path and numpy brute force, on seeded random corpora: rows, tie order and
+"""The v3 BM25 store (``hybridret-bm25-v3``, the default: u8 impacts in row windows,
+``index/bm25_windows.py``) and the v2 store (``hybridret-bm25-v2``: u8 quantized impacts beside the
+rows, ``index/bm25_impacts.py``) against the exhaustive path and numpy brute force, on seeded random corpora: rows, tie order and
 float32 scores bit-identical under the statistics the blocks were built with and under statistics
 that drifted far from them (avgdl x0.05 .. x20, N and df changed), with allowed masks, one-term,
 repeated-token, unknown-token and empty queries, k beyond the matches; and through the retriever on
@@ -17,10 +18,11 @@ import pytest
 from _text_only import TextOnly, build
 
 from hybridret import IndexWriter
-from hybridret.errors import IndexFormatError
+from hybridret.errors import ConfigError, IndexFormatError
 from hybridret.filters import parse_filter
 import hybridret.index.bm25_impacts as bi
-from hybridret.index.bm25 import FORMAT_V2, K1, BM25Store, BM25StoreBuilder, QueryTerms, idf
+import hybridret.index.bm25_windows as bw
+from hybridret.index.bm25 import FORMAT_V2, FORMAT_V3, K1, BM25Store, BM25StoreBuilder, QueryTerms, idf
 from hybridret.index.bm25_impacts import drift
 from hybridret.index.snapshot import open_snapshot
 from hybridret.retrievers import QueryBatch, score_rows, search_rows
@@ -88,14 +90,34 @@ def same(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> 
                                   np.asarray(b[1], np.float32).view(np.int32))
 
 
+def build_store(root: Path, docs: list[list[str]], version: int, shift: int | None = None) -> BM25Store:
+    with pytest.MonkeyPatch.context() as m:
+        if shift is not None:
+            m.setattr(bw, "SHIFT", shift)
+        b = BM25StoreBuilder(root, Pretokenized(), impacts=True, version=version)
+        b.add(docs)
+        b.close()
+    return BM25Store(b.root)
+
+
 @pytest.fixture(scope="module", params=[0, 1])
 def corpus(request, tmp_path_factory):
     seed = request.param
     docs = zipf_docs(5000, seed)
-    b = BM25StoreBuilder(Path(tmp_path_factory.mktemp(f"bm25v2-{seed}")) / "store", Pretokenized(), impacts=True)
-    b.add(docs)
-    b.close()
-    return BM25Store(b.root), docs, np.random.default_rng(200 + seed)
+    store = build_store(Path(tmp_path_factory.mktemp(f"bm25v2-{seed}")) / "store", docs, 2)
+    return store, docs, np.random.default_rng(200 + seed)
+
+
+@pytest.fixture(scope="module", params=[(0, 7), (1, 10), (0, 16)], ids=["w7", "w10", "w16"])
+def corpus3(request, tmp_path_factory):
+    """v3 stores in windows of 128 and 1,024 rows (the 5,000 rows span many; short terms are walked,
+    long ones bounded) and the library's own (one window)."""
+    seed, shift = request.param
+    docs = zipf_docs(5000, seed)
+    store = build_store(Path(tmp_path_factory.mktemp(f"bm25v3-{seed}-{shift}")) / "store", docs, 3, shift)
+    assert store.meta["window_shift"] == shift and store.meta["long_terms"] > 0
+    assert (store.windows.long_row < 0).any()  # short terms too
+    return store, docs, np.random.default_rng(300 + seed)
 
 
 # avgdl and N multipliers: own statistics, then drifted far both ways (the blocks keep their build avgdl)
@@ -113,8 +135,20 @@ def windows(request, monkeypatch):
 @pytest.mark.parametrize("change", DRIFTS, ids=[f"avgdl{a}-N{n}" for a, n in DRIFTS])
 def test_impacts_equal_exhaustive_and_brute_force(corpus, windows, change):
     store, docs, rng = corpus
-    drift_ = change
     assert store.meta["format"] == FORMAT_V2 and store.impacts is not None and not store.needs_factors()
+    check_equal(store, docs, rng, change)
+
+
+@pytest.mark.parametrize("change", DRIFTS, ids=[f"avgdl{a}-N{n}" for a, n in DRIFTS])
+def test_windows_equal_exhaustive_and_brute_force(corpus3, change):
+    store, docs, rng = corpus3
+    assert store.meta["format"] == FORMAT_V3 and store.windows is not None and not store.needs_factors()
+    check_equal(store, docs, rng, change)
+
+
+def check_equal(store: BM25Store, docs: list[list[str]], rng: np.random.Generator, drift_: tuple[float, float]) -> None:
+    """The pruned path = the exhaustive path = numpy brute force, bit for bit, under ``drift_``
+    (avgdl and N multipliers, df shifted) with masks, k from 1 to beyond the matches."""
     qs = make_queries(docs, rng)
     qt = QueryTerms.of(qs)
     local = store.lookup(qt.tokens)
@@ -135,8 +169,12 @@ def test_impacts_equal_exhaustive_and_brute_force(corpus, windows, change):
                                   store.score(sq, avgdl, rows, fac=store.tf_factors(avgdl)).view(np.int32))
 
 
-def test_threads_and_repeated_calls_agree(corpus, windows):
-    store, docs, rng = corpus
+def test_threads_and_repeated_calls_agree(corpus, windows, corpus3):
+    for store, docs, rng in (corpus, corpus3):
+        check_threads(store, docs, rng)
+
+
+def check_threads(store: BM25Store, docs: list[list[str]], rng: np.random.Generator) -> None:
     qs = make_queries(docs, rng, 80)
     sq = store.own_queries(qs)
     one = store.search(sq, store.own_avgdl, 10, threads=1)
@@ -166,16 +204,16 @@ def test_v1_store_still_read_and_searched(tmp_path):
     b.add(docs)
     b.close()
     v1 = BM25Store(b.root)
-    assert v1.impacts is None and v1.needs_factors()
-    b2 = BM25StoreBuilder(tmp_path / "v2", Pretokenized(), impacts=True)
-    b2.add(docs)
-    b2.close()
-    v2 = BM25Store(b2.root)
+    assert v1.impacts is None and v1.windows is None and v1.needs_factors()
     sq = v1.own_queries(make_queries(docs, np.random.default_rng(1)))
-    same(v1.search(sq, v1.own_avgdl, 10), v2.search(sq, v2.own_avgdl, 10))
-    (b2.root / "terms.kth_impact.npy").unlink()
-    with pytest.raises((IndexFormatError, OSError)):
-        BM25Store(b2.root)
+    for version, shift, damaged in ((2, None, "terms.kth_impact.npy"), (3, 7, "terms.long_bounds.npy")):
+        store = build_store(tmp_path / f"v{version}", docs, version, shift)
+        same(v1.search(sq, v1.own_avgdl, 10), store.search(sq, store.own_avgdl, 10))
+        (store.root / damaged).unlink()
+        with pytest.raises((IndexFormatError, OSError)):
+            BM25Store(store.root)
+    with pytest.raises(ConfigError, match="version 2 or 3"):
+        BM25StoreBuilder(tmp_path / "v9", Pretokenized(), impacts=True, version=9)
 
 
 # ---------------------------------------------------------------- living indexes, through the retriever
@@ -219,10 +257,11 @@ def ordered(x):
 @pytest.mark.parametrize("first,second", [((1, 12), (150, 400)), ((150, 400), (1, 12))],
                          ids=["short-then-long", "long-then-short"])
 def test_living_index_with_drifting_stats_equals_fresh_build(tmp_path, monkeypatch, first, second):
-    monkeypatch.setattr(bi, "WINDOW_SHIFT", 7)  # 128-row windows: the segments span several
     """A small segment built first, then a 4x larger one of very different lengths (the first
     segment's blocks were quantized under an avgdl ~10x off), tombstones and filters: the pruned
-    v2 path returns what the exhaustive path and a fresh one-segment build return, bit for bit."""
+    v3 path (the default) returns what the exhaustive path and a fresh one-segment build return,
+    bit for bit."""
+    monkeypatch.setattr(bw, "SHIFT", 7)  # 128-row windows: the segments span several
     a = texts(300, 1, *first, "a")
     b = texts(1200, 2, *second, "b")
     dead = [d["id"] for d in a[::5]] + [d["id"] for d in b[100:400]]
@@ -232,7 +271,7 @@ def test_living_index_with_drifting_stats_equals_fresh_build(tmp_path, monkeypat
         w.delete(dead)
     snap = open_snapshot(living)
     assert len(snap.segments) == 3
-    assert all(s.part("bm25").meta["format"] == FORMAT_V2 for s in snap.segments)
+    assert all(s.part("bm25").meta["format"] == FORMAT_V3 for s in snap.segments)
     keep = [d for d in a + b if d["id"] not in set(dead)]
     fresh = build(tmp_path / "fresh", keep)
     for filt in (None, {"grp": 1}):

@@ -106,12 +106,12 @@ def _below(bar):  # pragma: no cover - compiled
 
 
 @_jit
-def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed, use_mask, collect):  # pragma: no cover
+def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed, use_mask, collect, ratio):  # pragma: no cover
     """Read (and zero) ``acc[i0:count]`` of the window starting at row ``lo``: rows with a partial
     score > 0 and >= ``bar`` go to the candidate buffer (when ``collect``) and the heap of the
-    ``cap`` best partial scores, whose worst (less ``slack``) raises ``bar``. The window is read in
+    ``cap`` best partial scores, whose worst raises ``bar``. The window is read in
     chunks of 64 whose hits are counted without a branch first (most chunks have none once the
-    heap is full). Returns where it stopped (``count``, or earlier, at a chunk start, when the
+    heap is full; the bar is then ``ratio`` times the heap's worst less ``slack``). Returns where it stopped (``count``, or earlier, at a chunk start, when the
     buffer is full) and the new buffer size, heap size and bar."""
     room = cd.shape[0]
     barf = _below(bar)
@@ -131,8 +131,8 @@ def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed
                             nc += 1
                         if _enters(hs, hr, size, cap, s, d):
                             size = _push(hs, hr, size, cap, s, d)
-                            if size == cap and np.float64(hs[0]) - slack > bar:
-                                bar = np.float64(hs[0]) - slack
+                            if size == cap and ratio * np.float64(hs[0]) - slack > bar:
+                                bar = ratio * np.float64(hs[0]) - slack
                                 barf = _below(bar)
         chunk[:] = 0.0
     return count, nc, size, bar
@@ -217,7 +217,7 @@ def search(qptr, qterm, qw, inv, tmax, ptr, dense_id, offs, imps, dense, V, n, s
             i0 = 0
             while True:
                 i0, nc, size, bar = _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc,
-                                          allowed, use_mask, exact)
+                                          allowed, use_mask, exact, 1.0)
                 if i0 >= count:
                     break
                 # the buffer is full: keep what still clears the bar, grow when that is most of it

@@ -8,7 +8,8 @@ as the tantivy ``text`` field (``sparse._bm25_analyzer``), in plain files:
 * ``postings.indptr.npy`` (int64, V + 1), ``postings.docs.npy`` (int32, rows ascending per term),
   ``postings.tf.npy`` (uint16, int32 if a tf exceeds it): the inverted index; df = ``diff(indptr)``;
 * ``lengths.npy`` (int32, n): tokens per document, as tantivy counts them (stop words removed);
-* v2 (``hybridret-bm25-v2``) adds the postings' quantized impacts (:mod:`.bm25_impacts`).
+* v2 (``hybridret-bm25-v2``) adds the postings' quantized impacts (:mod:`.bm25_impacts`);
+* v3 (``hybridret-bm25-v3``, the default) adds them in row windows instead (:mod:`.bm25_windows`).
 
 Scores follow tantivy exactly (k1 = 1.2, b = 0.75): ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``,
 the document length quantised through tantivy's fieldnorm table (:func:`fieldnorm_to_id`,
@@ -53,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT = "hybridret-bm25-v1"
 FORMAT_V2 = "hybridret-bm25-v2"  # v1's files plus quantized impacts (bm25_impacts.py)
+FORMAT_V3 = "hybridret-bm25-v3"  # v1's files plus quantized impacts in row windows (bm25_windows.py)
 K1 = 1.2
 B = 0.75
 from ._blocks import BLOCK, in_blocks  # noqa: E402 - postings per block of a term's list, shared with the kernels
@@ -179,14 +181,18 @@ class TfFactors:
 
 
 class BM25StoreBuilder:
-    """Streams document texts into ``root`` (created); :meth:`close` writes the files: a v2 store
-    (with quantized impacts, :mod:`.bm25_impacts`) when ``impacts``, else v1."""
+    """Streams document texts into ``root`` (created); :meth:`close` writes the files: a store with
+    quantized impacts when ``impacts`` (``version`` 3, the default: in row windows,
+    :mod:`.bm25_windows`; 2: beside the rows, :mod:`.bm25_impacts`), else v1."""
 
-    def __init__(self, root: Path, analyzer: Any, *, impacts: bool = False) -> None:
+    def __init__(self, root: Path, analyzer: Any, *, impacts: bool = False, version: int = 3) -> None:
+        if version not in (2, 3):
+            raise ConfigError(f"BM25 store impacts: version 2 or 3, got {version!r}")
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=False)
         self.analyzer = analyzer
         self.impacts = impacts
+        self.version = version
         self.vocab: dict[str, int] = {}
         self.lengths: list[int] = []
         self.terms: list[np.ndarray] = []
@@ -230,11 +236,19 @@ class BM25StoreBuilder:
         meta: dict[str, Any] = {"format": FORMAT, "num_docs": len(lengths), "num_terms": len(self.vocab),
                                 "nnz": int(len(docs)), "total_len": total, "k1": K1, "b": B}
         if self.impacts:
-            from .bm25_impacts import write_impacts
-
             avgdl0 = total / max(1, len(lengths))
-            meta.update(write_impacts(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths), avgdl0,
-                                      norm_table(avgdl0)), format=FORMAT_V2)
+            if self.version == 3:
+                from .bm25_windows import write_windows
+
+                meta.update(write_windows(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths), avgdl0,
+                                          norm_table(avgdl0)), format=FORMAT_V3)
+            else:
+                from .bm25_impacts import write_impacts
+
+                meta.update(write_impacts(self.root, indptr, docs, tfs, fieldnorm_to_id(lengths), avgdl0,
+                                          norm_table(avgdl0)), format=FORMAT_V2)
+            disk = sum(f.stat().st_size for f in self.root.iterdir() if f.is_file())
+            meta["bytes_per_posting_disk"] = round(disk / max(1, len(docs)), 3)
         atomic_write_json(self.root / "meta.json", meta)
 
     def abort(self) -> None:
@@ -247,7 +261,7 @@ class BM25Store:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         meta = read_json(self.root / "meta.json")
-        if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, FORMAT_V2):
+        if not isinstance(meta, dict) or meta.get("format") not in (FORMAT, FORMAT_V2, FORMAT_V3):
             raise IndexFormatError(f"{self.root}: unsupported BM25 store format {meta.get('format')!r}")
         self.meta = meta
         self.num_docs = int(meta["num_docs"])
@@ -271,10 +285,13 @@ class BM25Store:
         self._df_pad = np.append(self.df, 0)  # index -1 (a token absent here) reads 0
         self.fn = fieldnorm_to_id(self.lengths)
         from .bm25_impacts import Impacts
+        from .bm25_windows import Windows
 
-        # v2: the quantized impacts the pruned top-k of numba searches with
+        # v2 / v3: the quantized impacts the pruned top-k of numba searches with
         self.impacts = Impacts.open(self.root, meta, len(self.docs), len(self.df)) if meta["format"] == FORMAT_V2 \
             else None
+        self.windows = Windows.open(self.root, meta, len(self.docs), len(self.df), self.num_docs) \
+            if meta["format"] == FORMAT_V3 else None
         self.total_len = int(self.lengths.astype(np.int64).sum())
         self.own_avgdl = self.total_len / max(1, self.num_docs)  # the segment's own statistics (tombstones in)
         from ._tantivy import bm25_analyzer
@@ -394,8 +411,8 @@ class BM25Store:
 
     def needs_factors(self) -> bool:
         """Whether :meth:`search` (pruned) and :meth:`score` read :meth:`tf_factors`: not for a v2
-        store where numba runs (they compute each factor from tf, the impacts bound them)."""
-        return self.impacts is None or _numba("impacts", len(self.docs)) is None
+        or v3 store where numba runs (they compute each factor from tf, the impacts bound them)."""
+        return (self.impacts is None and self.windows is None) or _numba("impacts", len(self.docs)) is None
 
     def search(self, queries: SegmentQueries, avgdl: float, k: int, *, allowed: np.ndarray | None = None,
                threads: int | None = 1, fac: TfFactors | np.ndarray | None = None, prune: bool = True
@@ -410,8 +427,9 @@ class BM25Store:
         (``_bm25_kernels.topk_pruned``), which skips the lists and postings that cannot reach the
         top k and returns what ``prune=False`` (every posting of every term) returns: the same
         rows, ties and float32 scores. A v2 store (:attr:`impacts`) prunes with its u8 impacts
-        instead (:mod:`.bm25_impacts`; ``fac`` is not read), with the same result. The numpy path
-        is exhaustive either way.
+        instead (:mod:`.bm25_impacts`), a v3 store (:attr:`windows`) reads its impact windows
+        (:mod:`.bm25_windows`); ``fac`` is not read there, and the result is the same. The numpy
+        path is exhaustive either way.
 
         The numba path accumulates into a dense score buffer (``8 + 4`` bytes per document); a fresh
         one per call costs page faults (+6-8 % of a one-query call on 30,000 documents, several ms
@@ -456,19 +474,22 @@ class BM25Store:
 
     def _search_impacts(self, queries: SegmentQueries, avgdl: float, k: int, mask: np.ndarray, threads: int | None,
                         rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pruned top-k of a v2 store: windowed MaxScore over the quantized impacts, exact
-        scores of the rows that can still enter (:func:`._bm25_impact_kernels.topk_impacts`); the
-        same rows, ties and scores as ``prune=False``."""
+        """The top-k of a v2 or v3 store from its quantized impacts (v2: windowed MaxScore,
+        :func:`._bm25_impact_kernels.topk_impacts`; v3: impact windows,
+        :func:`._bm25_window_kernels.topk_windows`), exact scores of the rows that can still enter;
+        the same rows, ties and scores as ``prune=False``."""
         from .bm25_impacts import search_impacts
+        from .bm25_windows import search_windows
 
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         nq = len(ptr) - 1
-        kern = _numba("impacts")
+        kern = _numba("windows" if self.windows is not None else "impacts")
+        run = search_windows if self.windows is not None else search_impacts
         norm = norm_table(avgdl)
         workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
 
         def block(a: int, b: int) -> None:
-            search_impacts(self, self._scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
+            run(self, self._scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
                            weights[ptr[a]:ptr[b]], avgdl, norm, k, mask, rows[a:b], scores[a:b],
                            np.zeros(3, np.int64))
 
@@ -524,9 +545,10 @@ def _numba(name: str, postings: int | None = None) -> Any:
         try:
             from ._bm25_impact_kernels import score_tf, topk_impacts
             from ._bm25_kernels import score, topk_exhaustive, topk_pruned
+            from ._bm25_window_kernels import topk_windows
         except ImportError:
             _KERNEL[name] = None
             return None
         _KERNEL[name] = {"topk": topk_exhaustive, "topk_pruned": topk_pruned, "score": score,
-                         "impacts": topk_impacts, "score_tf": score_tf}[name]
+                         "impacts": topk_impacts, "score_tf": score_tf, "windows": topk_windows}[name]
     return _KERNEL[name]

@@ -6,7 +6,8 @@
 | ``hybridret-impact-v2`` | sparse | :class:`~.impact_windows.WindowImpactIndex` (8-bit impacts in row windows, exact top-k; the default) | ``sparse`` |
 | ``hybridret-impact-v1`` | sparse | :class:`~.impact.ImpactIndex` (impact layers, pruned exact top-k) | ``sparse`` |
 | ``hybridret-learned-v1`` | sparse | :class:`~.learned.LearnedIndex` (tf-grid tantivy; ``tfgrid``) | ``sparse`` |
-| ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts, :mod:`.bm25_impacts`; the default) | ``bm25`` |
+| ``hybridret-bm25-v3`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts in row windows, :mod:`.bm25_windows`; the default) | ``bm25`` |
+| ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts, :mod:`.bm25_impacts`) | ``bm25`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
 | ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
 """
@@ -23,7 +24,7 @@ from ..errors import IndexFormatError
 from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
 from .storage import read_json
 
-__all__ = ["BM25_V1", "BM25_V2", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "IMPACT_V2", "LEARNED_V1", "SPARSE_V1", "builtin_parts",
+__all__ = ["BM25_V1", "BM25_V2", "BM25_V3", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "IMPACT_V2", "LEARNED_V1", "SPARSE_V1", "builtin_parts",
            "open_part", "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
@@ -32,8 +33,9 @@ IMPACT_V1 = "hybridret-impact-v1"
 IMPACT_V2 = "hybridret-impact-v2"
 BM25_V1 = "hybridret-bm25-v1"
 BM25_V2 = "hybridret-bm25-v2"
+BM25_V3 = "hybridret-bm25-v3"
 SPARSE_V1 = "hybridret-sparse-v1"
-BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, IMPACT_V2, LEARNED_V1, BM25_V1, BM25_V2, SPARSE_V1})
+BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, IMPACT_V2, LEARNED_V1, BM25_V1, BM25_V2, BM25_V3, SPARSE_V1})
 _HEAP = 256_000_000  # tantivy writer heap of a learned-sparse part
 
 
@@ -99,7 +101,14 @@ def _bm25_v2_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any
     from ._tantivy import bm25_analyzer
     from .bm25 import BM25StoreBuilder
 
-    return BM25StoreBuilder(root, bm25_analyzer(), impacts=True)
+    return BM25StoreBuilder(root, bm25_analyzer(), impacts=True, version=2)
+
+
+def _bm25_v3_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from ._tantivy import bm25_analyzer
+    from .bm25 import BM25StoreBuilder
+
+    return BM25StoreBuilder(root, bm25_analyzer(), impacts=True, version=3)
 
 
 def _bm25_open(root: Path, device: str | None) -> Any:
@@ -136,6 +145,7 @@ for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows
             PartType(IMPACT_V1, "sparse", _impact_create, _impact_open, _forward_rows),
             PartType(LEARNED_V1, "sparse", _learned_create, _learned_open, _forward_rows),
             PartType(BM25_V1, "text", _bm25_create, _bm25_open),
+            PartType(BM25_V3, "text", _bm25_v3_create, _bm25_open),
             PartType(BM25_V2, "text", _bm25_v2_create, _bm25_open),
             PartType(SPARSE_V1, "sparse", _v1_create, _v1_open, _forward_rows)):
     register_part_type(_pt, replace=True)
@@ -167,7 +177,7 @@ def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, A
                 "scheme": scheme, "bits": int(settings.get("sparse_bits", 6)),
                 "max_weight": float(settings.get("sparse_max_weight", 5.0))})
     if settings.get("bm25", True):
-        parts["bm25"] = PartSpec(BM25_V2, TEXT)
+        parts["bm25"] = PartSpec(BM25_V3, TEXT)
     return parts
 
 
