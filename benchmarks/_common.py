@@ -50,7 +50,7 @@ def table(rows: list[dict[str, Any]], columns: list[str]) -> str:
         return str(v)
 
     cells = [[fmt(r.get(c, "")) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(x[i]) for x in cells)]) for i, c in enumerate(columns)]  # no rows: the header
     line = "| " + " | ".join(c.ljust(w) for c, w in zip(columns, widths)) + " |"
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(x.ljust(w) for x, w in zip(r, widths)) + " |" for r in cells]
