@@ -244,7 +244,16 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
         if g == "bm25" and not spec["bm25_dir"] or g == "dense" and not spec["dense_dir"]:
             res[g] = {"paths": {}, "skipped": "the index has no such part"}
             continue
-        res[g] = run_step(g, spec, d)
+        if g in getattr(args, "over", {}):
+            res[g] = {"paths": {}, "skipped": args.over[g]}
+            logger.info("  %s: skipped (%s)", g, args.over[g])
+            continue
+        try:
+            res[g] = run_step(g, spec, d)
+        except subprocess.CalledProcessError as exc:  # e.g. killed for memory: the other groups still run
+            why = f"the step failed (exit status {exc.returncode}{', killed: out of memory?' if exc.returncode < 0 else ''})"
+            res[g] = {"paths": {}, "skipped": why}
+            logger.info("  %s: %s", g, why)
     if not args.keep and kept is None:
         shutil.rmtree(d, ignore_errors=True)
     return res
@@ -509,9 +518,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for n in sizes:
             builds = ("generate", "build") if reused_folder(n, args.reuse) is None else ()
-            need = {k: v for k, v in predict_peaks(n, results).items() if k in builds or k in args.groups}
-            need = need or {"nothing to run": 0.0}
+            peaks = predict_peaks(n, results)
+            need = {k: v for k, v in peaks.items() if k in builds} or {"nothing to build": 0.0}
             have = available_mb() * args.memory_share
+            args.over = {g: (f"predicted peak RSS ~{peaks[g] / 1024:.1f} GB, {have / 1024:.1f} GB usable now "
+                             f"({args.memory_share:.0%} of available; --memory-share to try anyway)")
+                         for g in args.groups if peaks.get(g, 0.0) > have}
             spent = time.perf_counter() - t_start
             eta = (results[-1]["seconds"] * n / results[-1]["size"]) if results else 0.0
             if max(need.values()) > have:
