@@ -18,7 +18,7 @@ from ._heap import drain as _drain
 from ._heap import enters as _enters
 from ._heap import jit as _jit
 from ._heap import push as _push
-from ._window_kernels import _below, _scan, _sparse_run
+from ._window_kernels import _below, _scan, _sparse_run, room
 
 
 @_jit
@@ -135,7 +135,7 @@ def topk_windows(qptr, qterm, qw, indptr, docs, tfs, fn, norm, offs, imps, step,
                             d = lo + o
                             if v >= barf and (not use_mask or allowed[d]):
                                 if nc == cd.shape[0]:
-                                    cd, cq, nc = _room(cd, cq, nc, bar)
+                                    cd, cq, nc = room(cd, cq, nc, bar)
                                 cd[nc] = d
                                 cq[nc] = v
                                 nc += 1
@@ -151,7 +151,7 @@ def topk_windows(qptr, qterm, qw, indptr, docs, tfs, fn, norm, offs, imps, step,
                                           allowed, use_mask, True, rho)
                 if i0 >= count:
                     break
-                cd, cq, nc = _room(cd, cq, nc, bar)
+                cd, cq, nc = room(cd, cq, nc, bar)
         ksize = 0
         scored = 0
         for c in range(nc):
@@ -166,20 +166,3 @@ def topk_windows(qptr, qterm, qw, indptr, docs, tfs, fn, norm, offs, imps, step,
         work[1] += nc
         work[2] += scored
 
-
-@_jit
-def _room(cd, cq, nc, bar):  # pragma: no cover - compiled
-    """The candidate buffer is full: keep what still clears the bar; grow it when that is most."""
-    kept = 0
-    for c in range(nc):
-        if cq[c] >= bar:
-            cd[kept] = cd[c]
-            cq[kept] = cq[c]
-            kept += 1
-    if kept > cd.shape[0] // 2:
-        cd2 = np.empty(cd.shape[0] * 2, np.int64)
-        cq2 = np.empty(cd.shape[0] * 2, np.float32)
-        cd2[:kept] = cd[:kept]
-        cq2[:kept] = cq[:kept]
-        return cd2, cq2, kept
-    return cd, cq, kept

@@ -109,16 +109,17 @@ def _below(bar):  # pragma: no cover - compiled
 def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed, use_mask, collect, ratio):  # pragma: no cover
     """Read (and zero) ``acc[i0:count]`` of the window starting at row ``lo``: rows with a partial
     score > 0 and >= ``bar`` go to the candidate buffer (when ``collect``) and the heap of the
-    ``cap`` best partial scores, whose worst raises ``bar``. The window is read in
-    chunks of 64 whose hits are counted without a branch first (most chunks have none once the
-    heap is full; the bar is then ``ratio`` times the heap's worst less ``slack``). Returns where it stopped (``count``, or earlier, at a chunk start, when the
-    buffer is full) and the new buffer size, heap size and bar."""
-    room = cd.shape[0]
+    ``cap`` best partial scores, whose worst raises ``bar`` (once the heap is full: ``ratio`` times
+    its worst less ``slack``). The window is read in chunks of 64 whose hits are counted without a
+    branch first (most chunks have none once the heap is full). Returns where it stopped
+    (``count``, or earlier, at a chunk start, when the buffer is full) and the new buffer size,
+    heap size and bar."""
+    space = cd.shape[0]
     barf = _below(bar)
     for c0 in range(i0, count, 64):
         chunk = acc[c0:min(count, c0 + 64)]
         if _hits(chunk, barf) > 0:
-            if collect and nc + chunk.shape[0] > room:
+            if collect and nc + chunk.shape[0] > space:
                 return c0, nc, size, bar
             for ii in range(chunk.shape[0]):
                 s = chunk[ii]
@@ -136,6 +137,25 @@ def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed
                                 barf = _below(bar)
         chunk[:] = 0.0
     return count, nc, size, bar
+
+
+@_jit
+def room(cd, cq, nc, bar):  # pragma: no cover - compiled
+    """The candidate buffer (rows ``cd``, partial scores ``cq``, ``nc`` used) is full: keep what
+    still clears ``bar``; a new buffer of twice the size when that is more than half of it."""
+    kept = 0
+    for c in range(nc):
+        if cq[c] >= bar:
+            cd[kept] = cd[c]
+            cq[kept] = cq[c]
+            kept += 1
+    if kept > cd.shape[0] // 2:
+        cd2 = np.empty(cd.shape[0] * 2, np.int64)
+        cq2 = np.empty(cd.shape[0] * 2, np.float32)
+        cd2[:kept] = cd[:kept]
+        cq2[:kept] = cq[:kept]
+        return cd2, cq2, kept
+    return cd, cq, kept
 
 
 @_jit
@@ -220,21 +240,7 @@ def search(qptr, qterm, qw, inv, tmax, ptr, dense_id, offs, imps, dense, V, n, s
                                           allowed, use_mask, exact, 1.0)
                 if i0 >= count:
                     break
-                # the buffer is full: keep what still clears the bar, grow when that is most of it
-                kept_c = 0
-                for c in range(nc):
-                    if cq[c] >= bar:
-                        cd[kept_c] = cd[c]
-                        cq[kept_c] = cq[c]
-                        kept_c += 1
-                nc = kept_c
-                if nc > cd.shape[0] // 2:
-                    cd2 = np.empty(cd.shape[0] * 2, np.int64)
-                    cq2 = np.empty(cd.shape[0] * 2, np.float32)
-                    cd2[:nc] = cd[:nc]
-                    cq2[:nc] = cq[:nc]
-                    cd = cd2
-                    cq = cq2
+                cd, cq, nc = room(cd, cq, nc, bar)
         # exact scores of the candidates
         ksize = 0
         rescored = 0
