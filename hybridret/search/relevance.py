@@ -16,7 +16,8 @@ padding) and ``Hit.relevance``, computed in two steps (docs/relevance.md):
    pool adjacent violators; equal scores pooled), so a better-ranked hit never has a lower
    relevance and the average of the list is kept.
 
-The shipped coefficients (:data:`DEFAULT_CALIBRATION`) were fitted for the packaged models
+The shipped coefficients (:data:`DEFAULT_CALIBRATION`, :func:`default_calibration`: the checksummed
+JSON file ``hybridret/resources/relevance.json``, read on first use) were fitted for the packaged models
 (``all-MiniLM-L6-v2`` + ``splade-tiny`` + BM25) on the shared test collections
 (``benchmarks/relevance.py``). An index with other models has no calibration for its dense and
 learned-sparse scores: fit one on judged queries with ``hybridret calibrate``
@@ -26,10 +27,13 @@ search with ``method="bm25"`` (BM25's model holds for any encoder). Import-light
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,7 +41,8 @@ import numpy as np
 from ..errors import ConfigError
 
 __all__ = ["DEFAULT_CALIBRATION", "FEATURES", "FUSED_INPUTS", "INPUTS", "TOPS", "Calibration", "HitInputs",
-           "LogisticModel", "answerability", "bm25_bounds", "calibration_for", "check_relevance", "features_of",
+           "LogisticModel", "RESOURCE", "answerability", "bm25_bounds", "calibration_file", "calibration_for",
+           "checksum", "default_calibration", "load_calibration", "check_relevance", "features_of",
            "fusion_key", "hit_inputs", "hit_ranks", "monotone", "probability", "relevance_of", "search_relevance",
            "sparse_self_scores", "top_name"]
 
@@ -235,8 +240,8 @@ def calibration_for(manifest: Mapping[str, Any], present: Sequence[str]) -> Cali
     stored = manifest.get("relevance")
     if stored:
         return Calibration.from_dict(stored)
-    if DEFAULT_CALIBRATION.holds_for(manifest.get("encoder")) or not set(present) & {"dense", "sparse"}:
-        return DEFAULT_CALIBRATION
+    if default_calibration().holds_for(manifest.get("encoder")) or not set(present) & {"dense", "sparse"}:
+        return default_calibration()
     enc = encoder_identity(manifest.get("encoder"))
     names = ", ".join(f"{h} {v.get('model')!s}" for h, v in enc.items()) or "unknown models"
     raise ConfigError(f"relevance has no calibration for this index's models ({names}): the shipped one is for "
@@ -441,56 +446,59 @@ def search_relevance(relevance: bool | Calibration, snap: Any, plan: Any, res: A
     inputs = hit_inputs(snap, plan, res)
     present = [f for f in FEATURES if f in res.components]
     cal = relevance if isinstance(relevance, Calibration) else calibration_for(snap.manifest, present)
-    if relevance is True and not cal.answer and DEFAULT_CALIBRATION.holds_for(snap.manifest.get("encoder")):
+    if relevance is True and not cal.answer and default_calibration().holds_for(snap.manifest.get("encoder")):
         # a calibration stored by `hybridret calibrate` (judged queries only): the shipped answerability
-        cal = Calibration(cal.models, cal.encoder, cal.fitted_on, DEFAULT_CALIBRATION.answer)
+        cal = Calibration(cal.models, cal.encoder, cal.fitted_on, default_calibration().answer)
     blank = np.array([not str(t).strip() for t in plan.texts], dtype=bool)
     return relevance_of(cal, res.scores, inputs), answerability(cal, inputs, blank)
 
 
-# Fitted by benchmarks/relevance.py (`python benchmarks/relevance.py --fit`) on every shared collection; the
-# held-out figures of each collection (fitted without it) are in docs/relevance.md.
-_DEFAULT = {
-    "models": [
-        {"features": ["dense", "log_rank"], "intercept": -2.494213, "weights": [4.057523, -0.217516]},
-        {"features": ["sparse", "log_rank"], "intercept": -0.76003, "weights": [1.856584, -0.594382]},
-        {"features": ["dense", "sparse", "log_rank"], "intercept": -1.121001, "weights": [2.527617, 0.680802, -0.667455]},
-        {"features": ["bm25", "log_rank"], "intercept": -0.694417, "weights": [2.722281, -0.576224]},
-        {"features": ["dense", "bm25", "log_rank"], "intercept": -1.454023, "weights": [2.340239, 2.409716, -0.551972]},
-        {"features": ["sparse", "bm25", "log_rank"], "intercept": -0.523561, "weights": [0.494744, 2.706054, -0.563556]},
-        {"features": ["dense", "sparse", "bm25", "log_rank"], "intercept": -1.40468,
-         "weights": [2.551362, -0.497522, 2.739918, -0.555339]},
-        {"features": ["dense", "sparse", "bm25", "fused_dense"], "intercept": -2.120586,
-         "weights": [-0.673715, -0.705142, 2.412228, 1.210844],
-         # the setting `method="hybrid"` runs (hybrid.HYBRID_DEFAULT, depth aside): its score is only this one's
-         "fusion": {"gqr": {"alpha": 0.5, "final": "rerank", "final_guide": 0.25, "guide_norm": "zscore", "lr": 0.001,
-                            "steps": 50, "t_dense": 0.1, "t_guide": 1.0},
-                    "guide": {"bm25": 0.5, "sparse": 0.5}, "guide_weighting": "agreement", "method": "gqr",
-                    "normalisation": "minmax", "retrievers": ["dense", "sparse"], "rrf_k": 60.0, "weights": None}},
-    ],
-    "encoder": {
-        "dense": {
-            "fingerprint": "sha256:40cbefb951622326420b083f1aef2e0b74fcd267baffde04fd5e76c26e06a6b7",
-            "max_length": 256,
-            "model": "all-MiniLM-L6-v2",
-            "normalize": True,
-            "pooling": "mean",
-            "query_prefix": "",
-        },
-        "sparse": {
-            "fingerprint": "sha256:d0884bf9deafabafd89731683a0ee57ff6338b9db9f3256dac4768ed63bbddc1",
-            "max_length": 256,
-            "model": "splade-tiny",
-            "query_top_k": None,
-        },
-    },
-    "fitted_on": {
-        "collections": ["adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool"],
-        "hits": "top-10 of hybrid and of each retriever",
-        "script": "benchmarks/relevance.py",
-    },
-}
+RESOURCE = "relevance.json"
+"""The shipped calibration's file in ``hybridret/resources``: JSON (never pickle) with the models,
+the answerability models, the encoder identity they hold for, what they were fitted on and a
+``"sha256"`` of the rest (its canonical JSON: sorted keys, no spaces), checked on load."""
 
 
-DEFAULT_CALIBRATION: Calibration = Calibration.from_dict(_DEFAULT)
-"""The shipped calibration for the packaged models (see docs/relevance.md for its data and figures)."""
+def checksum(data: Mapping[str, Any]) -> str:
+    """The ``sha256`` of a calibration file's content: its canonical JSON without ``"sha256"``."""
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def load_calibration(path: Any = None) -> Calibration:
+    """A calibration file (default: the shipped :data:`RESOURCE`), its checksum checked: a file that
+    does not match its ``"sha256"`` (edited or damaged) is a :class:`ConfigError`, never used."""
+    if path is None:
+        from importlib.resources import files
+
+        text = files("hybridret").joinpath("resources").joinpath(RESOURCE).read_text(encoding="utf-8")
+        where = f"hybridret/resources/{RESOURCE}"
+    else:
+        text, where = Path(path).read_text(encoding="utf-8"), str(path)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(data, Mapping) or data.get("sha256") != checksum(data):
+        raise ConfigError(f"{where}: the relevance calibration does not match its sha256 (edited or damaged); "
+                          "write it with hybridret.search.relevance.calibration_file")
+    return Calibration.from_dict({k: v for k, v in data.items() if k != "sha256"})
+
+
+def calibration_file(cal: Calibration) -> str:
+    """A calibration as the JSON text of a calibration file (with its ``"sha256"``)."""
+    data = cal.to_dict()
+    return json.dumps({**data, "sha256": checksum(data)}, indent=1, sort_keys=True) + "\n"
+
+
+@lru_cache(maxsize=1)
+def default_calibration() -> Calibration:
+    """The shipped calibration for the packaged models (read once, on first use; see
+    docs/relevance.md for its data and figures)."""
+    return load_calibration()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_CALIBRATION":  # read on first use, not at import
+        return default_calibration()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
