@@ -50,7 +50,7 @@ from scipy.stats import rankdata
 
 from hybridret import CorpusReader, HybridRetriever, load_qrels, load_queries
 from hybridret.search.calibrate import Judged, calibrate, fit_calibration, fit_logistic, judged_hits
-from hybridret.search.relevance import FEATURES, Calibration, encoder_identity
+from hybridret.search.relevance import FEATURES, RESOURCE, Calibration, calibration_file, encoder_identity
 
 COLLECTIONS = ("adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool")
 MAX_JUDGED = 200  # limit-small has 1,000 judged queries: a sample keeps the collections' weights and time even
@@ -103,7 +103,7 @@ def off_topic(name: str, names: list[str], count: int, seed: int = 0) -> list[st
     while len(out) < count and any(i < len(p) for p in pools.values()):
         out += [pools[o][i] for o in others if i < len(pools[o]) and len(out) < count]
         i += 1
-    return out
+    return out[:count]
 
 
 # -- metrics -------------------------------------------------------------------------------------------
@@ -296,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--candidates", action="store_true", help="compare the candidate designs of the inputs first")
     ap.add_argument("--in-domain", action="store_true", help="also hybridret calibrate on half of each collection")
     ap.add_argument("--fit", action="store_true", help="print the calibration fitted on all collections")
+    ap.add_argument("--write", action="store_true",
+                    help="with --fit: write it to hybridret/resources/relevance.json (the shipped calibration)")
     ap.add_argument("--off-topic", type=int, default=0,
                     help="off-topic queries per collection, from the others (0: as many as its judged queries)")
     ap.add_argument("--baseline", action="store_true", help="also the design before #34 (no query-level inputs)")
@@ -385,8 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.fit:
         final = fit_on(data, names, encoder)
         out["calibration"] = final.to_dict()
-        print("\nfitted on all collections (hybridret/search/relevance.py _DEFAULT):\n")
+        print("\nfitted on all collections (hybridret/resources/relevance.json):\n")
         print(json.dumps(final.to_dict(), indent=1))
+        if args.write:
+            (ROOT / "hybridret" / "resources" / RESOURCE).write_text(calibration_file(final))
     write_json(args.out, out)
     return 0
 

@@ -172,3 +172,22 @@ def test_answerability_in_json_cli_server_and_client(retriever, capsys):
         assert remote.answerability[:2] == pytest.approx(hits.answerability, abs=1e-6)
         assert math.isnan(remote.answerability[2])
         assert client.search(QUERIES["q01"], 3).answerability is None
+
+
+def test_the_shipped_calibration_is_checksummed_json_and_an_edited_file_is_refused(tmp_path):
+    from hybridret.search.relevance import RESOURCE, calibration_file, load_calibration
+
+    shipped = Path(__file__).resolve().parents[1] / "hybridret" / "resources" / RESOURCE
+    data = json.loads(shipped.read_text())
+    assert data["sha256"].startswith("sha256:") and load_calibration(shipped) == DEFAULT_CALIBRATION
+    data["models"][0]["intercept"] += 1.0  # an edit that keeps the JSON valid
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="sha256"):
+        load_calibration(edited)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not JSON"):
+        load_calibration(tmp_path / "bad.json")
+    again = tmp_path / "again.json"
+    again.write_text(calibration_file(DEFAULT_CALIBRATION))
+    assert load_calibration(again) == DEFAULT_CALIBRATION

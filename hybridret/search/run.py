@@ -260,7 +260,8 @@ def leg_tops(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> dict[s
         for name in names:
             rows, scores = source.top(name, 1, sub, filt=plan.filter, stats=stats)
             if rows.shape[1]:
-                out[name][a:a + len(sub)] = np.where(rows[:, 0] >= 0, scores[:, 0], np.nan)
+                best = scores[:, 0].astype(np.float64)
+                out[name][a:a + len(sub)] = np.where((rows[:, 0] >= 0) & np.isfinite(best), best, np.nan)
     return out
 
 
