@@ -191,3 +191,55 @@ def test_the_shipped_calibration_is_checksummed_json_and_an_edited_file_is_refus
     again = tmp_path / "again.json"
     again.write_text(calibration_file(DEFAULT_CALIBRATION))
     assert load_calibration(again) == DEFAULT_CALIBRATION
+
+
+def _chromium() -> tuple[str, str] | None:
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
+                                                "chromium-driver)")
+def test_search_page_shows_relevance_and_the_nothing_relevant_state(retriever):
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from hybridret.serve.app import ServeConfig, create_app
+
+    browser, driver_path = _chromium()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        opts.add_argument(arg)
+    with serving(create_app(retriever, ServeConfig())) as url:
+        driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+        try:
+            driver.get(url + "/")
+            expected = retriever.search([OFF_TOPIC[3], QUERIES["q01"]], 10, relevance=True)
+            for i, query in enumerate((OFF_TOPIC[3], QUERIES["q01"])):
+                box = driver.find_element(By.ID, "q")
+                box.clear()
+                box.send_keys(query)
+                driver.find_element(By.ID, "go").click()
+                WebDriverWait(driver, 30).until(
+                    lambda d: d.find_element(By.ID, "answer").is_displayed()
+                    and len(d.find_elements(By.CSS_SELECTOR, "#results .hit .relevance")) == 10
+                    and f"{expected.answerability[i]:.2f}" in d.find_element(By.ID, "answer").text)
+                answer = driver.find_element(By.ID, "answer").text
+                hits = driver.find_elements(By.CSS_SELECTOR, "#results .hit")
+                shown = [float(h.find_element(By.CSS_SELECTOR, ".relevance").text.split()[-1]) for h in hits]
+                assert shown == pytest.approx(list(expected.relevance[i]), abs=0.006)
+                dimmed = ["below" in (h.get_attribute("class") or "") for h in hits]
+                assert dimmed == [r < 0.5 for r in expected.relevance[i]]
+                if expected.answerability[i] < 0.5:
+                    assert answer.startswith("Nothing relevant found")
+                else:
+                    assert "Nothing relevant" not in answer
+            assert expected.answerability[0] < 0.5 <= expected.answerability[1]  # the two states were both seen
+        finally:
+            driver.quit()
