@@ -288,6 +288,28 @@ def in_domain(retrievers: dict[str, HybridRetriever], data: dict[str, dict[str, 
     return rows, results
 
 
+def timing(retrievers: dict[str, HybridRetriever], names: list[str], repeats: int = 3) -> list[dict[str, Any]]:
+    """What ``relevance=True`` costs: ms per query of ``search(judged queries, 10)`` with and without
+    it (``hybrid``; median and spread of ``repeats`` runs after one warm-up)."""
+    import time
+
+    rows = []
+    for n in names:
+        texts = list(judgments(n)[0].values())
+        out: dict[str, Any] = {"collection": n, "queries": len(texts)}
+        for label, options in (("plain", {}), ("relevance", {"relevance": True})):
+            retrievers[n].search(texts, 10, **options)
+            runs = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                retrievers[n].search(texts, 10, **options)
+                runs.append((time.perf_counter() - t) * 1000 / len(texts))
+            out[f"{label} ms/query"] = float(np.median(runs))
+            out[f"{label} spread"] = float(max(runs) - min(runs))
+        rows.append(out)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--collections", nargs="+", default=list(COLLECTIONS))
@@ -300,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --fit: write it to hybridret/resources/relevance.json (the shipped calibration)")
     ap.add_argument("--off-topic", type=int, default=0,
                     help="off-topic queries per collection, from the others (0: as many as its judged queries)")
+    ap.add_argument("--timing", action="store_true", help="only time search with and without relevance, then stop")
     ap.add_argument("--baseline", action="store_true", help="also the design before #34 (no query-level inputs)")
     ap.add_argument("--out", type=Path, default=RESULTS / "relevance.json")
     args = ap.parse_args(argv)
@@ -310,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     retrievers = {n: index_of(n, args.msmarco_docs) for n in names}
     encoder = encoder_identity(retrievers[names[0]].searcher.snapshot.manifest.get("encoder"))
+    if args.timing:
+        rows = timing(retrievers, names)
+        print(table(rows, list(rows[0])))
+        write_json(args.out, {"timing": rows, "machine": machine()})
+        return 0
     data: dict[str, dict[str, Any]] = {}
     off = {n: off_topic(n, names, args.off_topic or len(judgments(n)[0])) for n in names}
     for n in names:
