@@ -2,7 +2,8 @@
 
 For every shared collection (adi, cisi, cranfield, medline, limit-small; msmarco-dl19-pool as a
 uniform random subsample of ``--msmarco-docs`` passages, because encoding all 30k takes ~40 min on
-two cores): search every judged query with ``hybrid`` and with each single retriever, take the top
+two cores): search every judged query (at most :data:`MAX_JUDGED`, a seeded sample) with ``hybrid``
+and with each single retriever, take the top
 ``--k``, and label each hit relevant when the qrels give it a grade >= the collection's level (1;
 msmarco: 2, TREC DL's binary level). Hits not in the qrels count as non-relevant (these qrels list
 relevant documents only; msmarco's judged-0 passages are not in the file).
