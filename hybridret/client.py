@@ -81,7 +81,8 @@ class RemoteHits:
     array, ``""`` padding) and ``scores`` (``-inf`` padding) of shape ``(nq, k)``,
     ``components`` (per-retriever scores: ``-inf`` padding, NaN for a hit that retriever did not
     score), ``relevance`` (``search(..., relevance=True)``: ``(nq, k)``, NaN padding; else
-    ``None``) and ``hits[i]`` -> list of :class:`Hit`."""
+    ``None``), ``answerability`` (with relevance: ``(nq,)``, the probability that the index holds a
+    relevant document for each query) and ``hits[i]`` -> list of :class:`Hit`."""
 
     queries: list[str]
     method: str
@@ -95,6 +96,7 @@ class RemoteHits:
     group_scores: np.ndarray | None = None  # grouped: (nq, k) group scores (-inf padding)
     _groups: list[list[Group]] | None = field(default=None, repr=False)
     relevance: np.ndarray | None = None
+    answerability: np.ndarray | None = None  # with relevance: (nq,) per query, NaN for a blank one
 
     def __len__(self) -> int:
         return len(self._views)
@@ -142,6 +144,9 @@ class RemoteHits:
                   ids=ids, scores=scores, components=comps, _views=views, offset=offset)
         if any(h.relevance is not None for view in views for h in view):
             out.relevance = _relevance_grid(views, (n, k), [list(range(len(v))) for v in views])
+        if any("answerability" in r for r in results):
+            out.answerability = np.array([np.nan if r.get("answerability") is None else float(r["answerability"])
+                                          for r in results])
         if grouped:
             out._place_groups(results, groups_k, max(group_size, 1))
         return out

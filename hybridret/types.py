@@ -144,6 +144,11 @@ class Hits:
     (padded where a group has fewer). ``hits[i]`` lists the chunks in that order and
     ``hits.groups(i)`` the :class:`Group` objects. ``offset``: how many hits (groups) the page
     skipped.
+
+    With ``search(..., relevance=True)``: ``relevance`` ``(nq, k)`` (NaN padding) and
+    ``answerability`` ``(nq,)``: per query, the calibrated probability that the index holds any
+    relevant document for it (NaN for a blank query; ``None`` without an answerability model;
+    :mod:`hybridret.search.relevance`, docs/relevance.md).
     """
 
     queries: list[str]
@@ -159,6 +164,7 @@ class Hits:
     group_keys: np.ndarray | None = None
     group_scores: np.ndarray | None = None
     relevance: np.ndarray | None = None
+    answerability: np.ndarray | None = None
     _source: Any = field(default=None, repr=False)  # HitSource: the snapshot + encoder behind hit views
     _views: list[list[Hit]] | None = field(default=None, repr=False)
 
@@ -269,8 +275,12 @@ def result_json(hits: Any, i: int, *, with_text: bool = True) -> dict[str, Any]:
     """Query ``i``'s result as JSON (the CLI's ``--json`` and the server's): ``"hits"`` (each with
     its ``"snippets"``; grouped: with its ``"group"``, ranked by group, in group order) and, when
     grouped, ``"groups"``: each group's key, rank, score and ``size`` (how many of the hits, which
-    follow in that order, are the group's)."""
+    follow in that order, are the group's); with relevance, ``"answerability"`` (the probability
+    that the index holds a relevant document for the query)."""
     out: dict[str, Any] = {"hits": [h.to_dict(with_text=with_text) for h in hits[i]]}
+    answer = getattr(hits, "answerability", None)
+    if answer is not None:  # searched with relevance (and an answerability model)
+        out["answerability"] = _finite(float(answer[i]))
     if getattr(hits, "group_keys", None) is not None:
         out["groups"] = [{"key": g.key, "rank": g.rank, "score": _finite(g.score), "size": len(g.hits)}
                          for g in hits.groups(i)]

@@ -15,7 +15,8 @@ import pytest
 
 from hybridret import HybridRetriever, load_qrels, load_queries
 from hybridret.errors import ConfigError
-from hybridret.search.relevance import DEFAULT_CALIBRATION, FEATURES, Calibration, LogisticModel, calibration_for, fusion_key, hit_ranks, monotone
+from hybridret.search.relevance import (DEFAULT_CALIBRATION, FEATURES, TOPS, Calibration, LogisticModel, calibration_for,
+                                        fusion_key, hit_ranks, monotone)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _serving import serving  # noqa: E402
@@ -67,7 +68,7 @@ def test_calibration_round_trips_and_bad_ones_are_named():
                ("dense", "sparse", "bm25")}  # every set of retrievers a search's hits may have
     assert set(cal.models) == {(s, False) for s in subsets} | {(FEATURES, True)}
     assert all("log_rank" in m.features for (_, fused), m in cal.models.items() if not fused)
-    assert cal.models[(FEATURES, True)].features == (*FEATURES, "fused_dense")
+    assert cal.models[(FEATURES, True)].features == (*FEATURES, *TOPS, "fused_dense")  # + the query-level inputs (#34)
     with pytest.raises(ConfigError, match="features"):
         LogisticModel.from_dict({"features": ["rerank"], "intercept": 0.0, "weights": [1.0]})
     with pytest.raises(ConfigError, match="features"):

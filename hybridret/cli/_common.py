@@ -281,6 +281,10 @@ class NamingPath:
 def print_hits(hits: SearchResults, i: int, *, width: int = 100) -> None:
     """Query ``i``'s hits as text: rank, id, score and each retriever's, the passage, matched terms."""
     print(f"\nquery: {hits.queries[i]}   [{hits.method}]")
+    answer = getattr(hits, "answerability", None)
+    if answer is not None and answer[i] == answer[i]:  # searched with relevance: the query's answerability
+        print(f"  answerability {answer[i]:.2f}" + ("  (likely nothing relevant in the index)" if answer[i] < 0.5
+                                                    else ""))
     view = hits[i]
     if not view:
         print("  (no hits)")

@@ -24,8 +24,8 @@ from ..errors import ConfigError
 from .relevance import FEATURES, Calibration, LogisticModel, encoder_identity, hit_inputs
 from .request import SearchRequest
 
-__all__ = ["MAX_LOGIT", "MIN_JUDGED", "Judged", "calibrate", "calibration_methods", "check_fit", "fit_calibration",
-           "fit_logistic", "judged_hits"]
+__all__ = ["MAX_LOGIT", "MIN_JUDGED", "Judged", "calibrate", "calibration_methods", "check_fit", "fit_answerability",
+           "fit_calibration", "fit_logistic", "judged_hits"]
 
 MIN_JUDGED = 20
 """Fewest relevant and fewest non-relevant judged hits a calibration is fitted on."""
@@ -68,6 +68,9 @@ class Judged:
     query: np.ndarray
     fusion: dict[str, Any] | None
     weights: np.ndarray | None = None
+    queries: dict[str, np.ndarray] | None = None  # per query: its TOPS (nq,) ...
+    answerable: np.ndarray | None = None  # ... and whether the index holds a relevant document for it
+    query_weights: np.ndarray | None = None
 
     @property
     def usable(self) -> bool:
@@ -81,27 +84,44 @@ class Judged:
         if not parts or any(p.fusion != parts[0].fusion for p in parts):
             raise ConfigError("pooled judged hits need the same fusion settings in every part")
         names = [f for f in parts[0].features if all(f in p.features for p in parts)]
-        offsets = np.cumsum([0] + [int(p.query.max()) + 1 if len(p.query) else 0 for p in parts])
+        offsets = np.cumsum([0] + [len(p.answerable) if p.answerable is not None else
+                                   (int(p.query.max()) + 1 if len(p.query) else 0) for p in parts])
+        queries = answerable = query_weights = None
+        if all(p.queries is not None and p.answerable is not None for p in parts):
+            qnames = [f for f in parts[0].queries if all(f in p.queries for p in parts)]  # type: ignore[union-attr]
+            queries = {f: np.concatenate([p.queries[f] for p in parts]) for f in qnames}  # type: ignore[index]
+            answerable = np.concatenate([p.answerable for p in parts])  # type: ignore[misc]
+            query_weights = np.concatenate([np.full(len(p.answerable), 1.0 / max(len(p.answerable), 1))  # type: ignore[arg-type]
+                                            for p in parts])
         return cls({f: np.concatenate([p.features[f] for p in parts]) for f in names},
                    np.concatenate([p.labels for p in parts]),
                    np.concatenate([p.query + o for p, o in zip(parts, offsets)]), parts[0].fusion,
-                   np.concatenate([np.full(len(p.labels), 1.0 / max(len(p.labels), 1)) for p in parts]))
+                   np.concatenate([np.full(len(p.labels), 1.0 / max(len(p.labels), 1)) for p in parts]),
+                   queries, answerable, query_weights)
 
 
 def judged_hits(searcher: Any, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *,
-                k: int = 10, method: str = "hybrid", level: int = 1, candidates: int | None = None) -> Judged:
+                k: int = 10, method: str = "hybrid", level: int = 1, candidates: int | None = None,
+                off_topic: Sequence[str] = ()) -> Judged:
     """The model inputs and labels of every hit in the top ``k`` of ``method`` for the judged
-    ``queries`` (those with a judgment in ``qrels``) on a :class:`~hybridret.Searcher`."""
+    ``queries`` (those with a judgment in ``qrels``) on a :class:`~hybridret.Searcher`, and of
+    each query (:attr:`Judged.queries`: its query-level inputs; :attr:`Judged.answerable`: a
+    document of grade >= ``level`` is in the index). ``off_topic``: more query texts for which the
+    index holds nothing relevant (e.g. another collection's queries): every hit non-relevant."""
     qids = [q for q in queries if qrels.get(q)]
     if not qids:
         raise ConfigError("none of the queries has judgments in the qrels")
-    snap, plan, res = searcher._run(SearchRequest([queries[q] for q in qids], k, method=method, candidates=candidates))
+    texts = [queries[q] for q in qids] + [str(t) for t in off_topic]
+    judgments = [qrels[q] for q in qids] + [{} for _ in off_topic]
+    snap, plan, res = searcher._run(SearchRequest(texts, k, method=method, candidates=candidates, relevance=True))
     inputs = hit_inputs(snap, plan, res)
     valid = inputs.valid
-    labels = np.array([[int(qrels[q].get(str(d), 0)) >= level for d in row] for q, row in zip(qids, res.ids)], dtype=bool)
-    qnum = np.broadcast_to(np.arange(len(qids))[:, None], valid.shape)
+    labels = np.array([[int(j.get(str(d), 0)) >= level for d in row] for j, row in zip(judgments, res.ids)], dtype=bool)
+    answerable = np.array([any(g >= level and snap.row_of(str(d)) is not None for d, g in j.items())
+                           for j in judgments], dtype=bool)
+    qnum = np.broadcast_to(np.arange(len(texts))[:, None], valid.shape)
     return Judged({f: v[valid] for f, v in inputs.features.items()}, labels.reshape(valid.shape)[valid], qnum[valid],
-                  inputs.fusion)
+                  inputs.fusion, queries=dict(inputs.query), answerable=answerable)
 
 
 def fit_logistic(x: np.ndarray, y: np.ndarray, *, weights: np.ndarray | None = None, l2: float = 1e-3,
@@ -188,14 +208,16 @@ def check_fit(intercept: float, weights: np.ndarray, x: np.ndarray, labels: np.n
 
 def fit_calibration(lists: Judged, single: Mapping[str, Judged] | None = None, *,
                     encoder: dict[str, dict[str, Any]] | None = None,
-                    fitted_on: Mapping[str, Any] | None = None) -> Calibration:
+                    fitted_on: Mapping[str, Any] | None = None, with_tops: bool = True) -> Calibration:
     """The models of a calibration: for every non-empty set of the retrievers that scored
     ``lists``' hits, a model of their features and ``log_rank`` (a single retriever's on its own
     lists, ``single[name]``, when given and :attr:`Judged.usable`; else on ``lists``), so that a
     search whose hits have fewer components (``method="bm25"``, an index without BM25) is
     calibrated too; and when ``lists`` are a fusion's with a dense retriever, a model of every
     retriever's feature and ``fused_dense`` (the fused score times the dense cosine), for that
-    fusion setting only."""
+    fusion setting only. ``with_tops``: each model also reads the query-level inputs
+    (:data:`~hybridret.search.relevance.TOPS`) of its retrievers, and the answerability models are
+    fitted (:func:`fit_answerability`) when ``lists`` has answerable and unanswerable queries."""
     names = [f for f in FEATURES if f in lists.features]
     if not names:
         raise ConfigError(f"fit_calibration needs at least one of the features {FEATURES}")
@@ -203,10 +225,36 @@ def fit_calibration(lists: Judged, single: Mapping[str, Judged] | None = None, *
     for mask in range(1, 1 << len(names)):
         subset = tuple(f for b, f in enumerate(names) if mask >> b & 1)
         own = (single or {}).get(subset[0]) if len(subset) == 1 else None
-        models.append(_model(own if own is not None and own.usable else lists, (*subset, "log_rank")))
+        data = own if own is not None and own.usable else lists
+        tops = tuple(f"top_{f}" for f in subset if f"top_{f}" in data.features) if with_tops else ()
+        models.append(_model(data, (*subset, *tops, "log_rank")))
     if lists.fusion is not None and "fused_dense" in lists.features:
-        models.append(_model(lists, (*names, "fused_dense"), lists.fusion))
-    return Calibration({m.key: m for m in models}, encoder, dict(fitted_on or {}))
+        tops = tuple(f"top_{f}" for f in names if f"top_{f}" in lists.features) if with_tops else ()
+        models.append(_model(lists, (*names, *tops, "fused_dense"), lists.fusion))
+    answer = fit_answerability(lists) if with_tops and lists.answerable is not None else {}
+    return Calibration({m.key: m for m in models}, encoder, dict(fitted_on or {}), answer)
+
+
+def fit_answerability(lists: Judged) -> dict[tuple[str, ...], LogisticModel]:
+    """The answerability models (one per non-empty set of the retrievers whose query-level inputs
+    ``lists`` has: their :data:`~hybridret.search.relevance.TOPS`) fitted on ``lists``' queries:
+    answerable or not. Empty when the queries are all answerable or all not (e.g. judged queries
+    only, without off-topic ones)."""
+    if lists.queries is None or lists.answerable is None:
+        return {}
+    y = np.asarray(lists.answerable, dtype=bool)
+    if y.all() or not y.any():
+        return {}
+    have = [f for f in FEATURES if f"top_{f}" in lists.queries]
+    out: dict[tuple[str, ...], LogisticModel] = {}
+    for mask in range(1, 1 << len(have)):
+        subset = tuple(f"top_{f}" for b, f in enumerate(have) if mask >> b & 1)
+        x = np.stack([np.nan_to_num(np.asarray(lists.queries[f], dtype=np.float64)) for f in subset], axis=1)
+        b0, w = fit_logistic(x, y, weights=lists.query_weights)
+        check_fit(b0, w, x, y, subset)
+        m = LogisticModel(subset, round(b0, 6), tuple(round(float(v), 6) for v in w))
+        out[m.retrievers] = m
+    return out
 
 
 def calibrate(retriever: Any, queries: Mapping[str, str], qrels: Mapping[str, Mapping[str, int]], *, k: int = 10,

@@ -97,6 +97,7 @@ class PlanResult:
     query_sparse: sp.csr_matrix | None = None
     group_keys: np.ndarray | None = None  # grouped: (n, k) internal group keys (None padded)
     group_scores: np.ndarray | None = None  # grouped: (n, k) each group's best chunk's score (-inf padded)
+    tops: dict[str, np.ndarray] | None = None  # run_plan(tops=True): each retriever's best score per query (n,)
 
 
 # -- what the index can run, and the fusion defaults --------------------------------------------------

@@ -16,7 +16,8 @@ padding) and ``Hit.relevance``, computed in two steps (docs/relevance.md):
    pool adjacent violators; equal scores pooled), so a better-ranked hit never has a lower
    relevance and the average of the list is kept.
 
-The shipped coefficients (:data:`DEFAULT_CALIBRATION`) were fitted for the packaged models
+The shipped coefficients (:data:`DEFAULT_CALIBRATION`, :func:`default_calibration`: the checksummed
+JSON file ``hybridret/resources/relevance.json``, read on first use) were fitted for the packaged models
 (``all-MiniLM-L6-v2`` + ``splade-tiny`` + BM25) on the shared test collections
 (``benchmarks/relevance.py``). An index with other models has no calibration for its dense and
 learned-sparse scores: fit one on judged queries with ``hybridret calibrate``
@@ -26,32 +27,50 @@ search with ``method="bm25"`` (BM25's model holds for any encoder). Import-light
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ..errors import ConfigError
 
-__all__ = ["DEFAULT_CALIBRATION", "FEATURES", "FUSED_INPUTS", "INPUTS", "Calibration", "HitInputs", "LogisticModel",
-           "bm25_bounds", "calibration_for", "check_relevance", "features_of", "fusion_key", "hit_inputs", "hit_ranks",
-           "monotone", "probability", "relevance_of", "search_relevance", "sparse_self_scores"]
+__all__ = ["DEFAULT_CALIBRATION", "FEATURES", "FUSED_INPUTS", "INPUTS", "TOPS", "Calibration", "HitInputs",
+           "LogisticModel", "RESOURCE", "answerability", "bm25_bounds", "calibration_file", "calibration_for",
+           "checksum", "default_calibration", "load_calibration", "check_relevance", "features_of",
+           "fusion_key", "hit_inputs", "hit_ranks", "monotone", "probability", "relevance_of", "search_relevance",
+           "sparse_self_scores", "top_name"]
 
 FEATURES: tuple[str, ...] = ("dense", "sparse", "bm25")
 """The retrievers whose scores feed the calibration (a reranker's score orders the hits but is not an input)."""
 
-INPUTS: tuple[str, ...] = (*FEATURES, "log_rank", "score", "fused_dense")
-"""Every input a model may use: the retrievers' normalised scores, the log of the hit's rank and,
-for a model fitted for one fusion setting, that fusion's score (``score``) or that score times the
-hit's dense cosine clipped at 0 (``fused_dense``: the relative fused score gated by an absolute one)."""
+TOPS: tuple[str, ...] = tuple(f"top_{f}" for f in FEATURES)
+"""The query-level inputs: each retriever's best normalised score over the whole (filtered) index for
+the query (``top_dense``: the best cosine; ``top_sparse`` / ``top_bm25``: the best score over the same
+scale as ``sparse`` / ``bm25``), the same for every hit, page, ``k``, grouping and reranker
+(:func:`hybridret.search.run.leg_tops`). They say how well the index can answer the query at all:
+an off-topic query's best document scores low on every leg."""
+
+INPUTS: tuple[str, ...] = (*FEATURES, *TOPS, "log_rank", "score", "fused_dense")
+"""Every input a model may use: the retrievers' normalised scores, the query-level :data:`TOPS`, the
+log of the hit's rank and, for a model fitted for one fusion setting, that fusion's score (``score``)
+or that score times the hit's dense cosine clipped at 0 (``fused_dense``: the relative fused score
+gated by an absolute one)."""
 
 FUSED_INPUTS = frozenset({"score", "fused_dense"})
 """The inputs that hold for one fusion setting only."""
 
 _ENCODER_KEYS = ("model", "fingerprint", "normalize", "pooling", "query_prefix", "max_length", "query_top_k")
+
+
+def top_name(feature: str) -> str:
+    """The retriever a feature is about (``"top_dense"`` -> ``"dense"``), or the feature itself."""
+    return feature[4:] if feature in TOPS else feature
 
 
 def check_relevance(relevance: Any) -> bool:
@@ -84,8 +103,8 @@ class LogisticModel:
 
     @property
     def retrievers(self) -> tuple[str, ...]:
-        """The retrievers' features of the model (in :data:`FEATURES` order)."""
-        return tuple(f for f in self.features if f in FEATURES)
+        """The retrievers the model reads a score of, per hit or per query (in :data:`FEATURES` order)."""
+        return tuple(f for f in FEATURES if f in self.features or f"top_{f}" in self.features)
 
     @property
     def key(self) -> tuple[tuple[str, ...], bool]:
@@ -110,10 +129,11 @@ class LogisticModel:
                 {"features", "intercept", "weights", "fusion"}:
             raise ConfigError(f"a relevance model is {{'features', 'intercept', 'weights'[, 'fusion']}}, got {data!r}")
         feats, weights = data["features"], data["weights"]
-        if not isinstance(feats, Sequence) or isinstance(feats, str) or not any(f in FEATURES for f in feats) or \
+        if not isinstance(feats, Sequence) or isinstance(feats, str) or \
+                not any(f in FEATURES or f in TOPS for f in feats) or \
                 any(f not in INPUTS for f in feats) or len(set(feats)) != len(feats):
-            raise ConfigError(f"relevance model features must be distinct names of {INPUTS}, one of {FEATURES} at "
-                              f"least, got {feats!r}")
+            raise ConfigError(f"relevance model features must be distinct names of {INPUTS}, one of {FEATURES + TOPS} "
+                              f"at least, got {feats!r}")
         nums = [data["intercept"], *weights] if isinstance(weights, Sequence) else None
         if nums is None or len(weights) != len(feats) or not all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in nums):
@@ -138,6 +158,13 @@ class Calibration:
     models: dict[tuple[tuple[str, ...], bool], LogisticModel]
     encoder: dict[str, dict[str, Any]] | None = None
     fitted_on: dict[str, Any] = field(default_factory=dict)
+    answer: dict[tuple[str, ...], LogisticModel] = field(default_factory=dict)
+    """Answerability models by the retrievers that ran (:attr:`LogisticModel.retrievers`): the
+    probability that the index holds any relevant document for the query, from :data:`TOPS` only."""
+
+    def answer_model(self, ran: Sequence[str]) -> LogisticModel | None:
+        """The answerability model for a search that ran exactly the retrievers ``ran``, if fitted."""
+        return self.answer.get(tuple(f for f in FEATURES if f in ran))
 
     def model(self, present: Sequence[str], fusion: Mapping[str, Any] | None = None) -> LogisticModel | None:
         """The model for hits scored by exactly the retrievers ``present``: the one with the fused
@@ -151,14 +178,17 @@ class Calibration:
         return self.models.get((retrievers, False))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"models": [m.to_dict() for m in self.models.values()], "encoder": self.encoder,
-                "fitted_on": dict(self.fitted_on)}
+        out = {"models": [m.to_dict() for m in self.models.values()], "encoder": self.encoder,
+               "fitted_on": dict(self.fitted_on)}
+        if self.answer:
+            out["answerability"] = [m.to_dict() for m in self.answer.values()]
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Calibration:
         if not isinstance(data, Mapping) or not isinstance(data.get("models"), Sequence) or not data["models"]:
             raise ConfigError(f"a relevance calibration is {{'models': [...], 'encoder', 'fitted_on'}}, got {data!r}")
-        unknown = set(data) - {"models", "encoder", "fitted_on"}
+        unknown = set(data) - {"models", "encoder", "fitted_on", "answerability"}
         if unknown:
             raise ConfigError(f"unknown relevance calibration fields: {sorted(unknown)}")
         models = [LogisticModel.from_dict(m) for m in data["models"]]
@@ -168,8 +198,17 @@ class Calibration:
         enc = data.get("encoder")
         if enc is not None and not isinstance(enc, Mapping):
             raise ConfigError(f"a relevance calibration's encoder is a mapping or null, got {enc!r}")
+        answer = data.get("answerability") or []
+        if not isinstance(answer, Sequence) or isinstance(answer, str):
+            raise ConfigError(f"a relevance calibration's answerability is a list of models, got {answer!r}")
+        amodels = [LogisticModel.from_dict(m) for m in answer]
+        for m in amodels:
+            if any(f not in TOPS for f in m.features):
+                raise ConfigError(f"an answerability model reads only the query-level inputs {TOPS}, got {m.features}")
+        if len({m.retrievers for m in amodels}) != len(amodels):
+            raise ConfigError("a relevance calibration has one answerability model per set of retrievers")
         return cls({m.key: m for m in models}, dict(enc) if enc is not None else None,
-                   dict(data.get("fitted_on") or {}))
+                   dict(data.get("fitted_on") or {}), {m.retrievers: m for m in amodels})
 
     def holds_for(self, encoder_config: Mapping[str, Any] | None) -> bool:
         """Whether the dense / learned-sparse models fitted are the index's (same identity)."""
@@ -201,8 +240,8 @@ def calibration_for(manifest: Mapping[str, Any], present: Sequence[str]) -> Cali
     stored = manifest.get("relevance")
     if stored:
         return Calibration.from_dict(stored)
-    if DEFAULT_CALIBRATION.holds_for(manifest.get("encoder")) or not set(present) & {"dense", "sparse"}:
-        return DEFAULT_CALIBRATION
+    if default_calibration().holds_for(manifest.get("encoder")) or not set(present) & {"dense", "sparse"}:
+        return default_calibration()
     enc = encoder_identity(manifest.get("encoder"))
     names = ", ".join(f"{h} {v.get('model')!s}" for h, v in enc.items()) or "unknown models"
     raise ConfigError(f"relevance has no calibration for this index's models ({names}): the shipped one is for "
@@ -271,13 +310,15 @@ def hit_ranks(scores: np.ndarray, valid: np.ndarray, before: int = 0) -> np.ndar
 @dataclass
 class HitInputs:
     """A search's model inputs: ``features`` (each of :data:`INPUTS` it has, ``(nq, k)``: NaN
-    where a retriever did not score the hit, and for padding), ``valid`` (not padding) and
+    where a retriever did not score the hit, and for padding), ``valid`` (not padding),
     ``fusion`` (:func:`fusion_key` of the fusion whose score ``features["score"]`` is; ``None``
-    for a single retriever's list or a reranked one)."""
+    for a single retriever's list or a reranked one) and ``query`` (the :data:`TOPS` of each
+    query, ``(nq,)``, for every retriever that ran)."""
 
     features: dict[str, np.ndarray]
     valid: np.ndarray
     fusion: dict[str, Any] | None
+    query: dict[str, np.ndarray] = field(default_factory=dict)  # the TOPS per query (nq,): NaN = nothing found
 
 
 def hit_inputs(snap: Any, plan: Any, res: Any) -> HitInputs:
@@ -286,16 +327,23 @@ def hit_inputs(snap: Any, plan: Any, res: Any) -> HitInputs:
     texts = list(plan.texts)
     valid = res.rows >= 0
     n = len(texts)
-    scales = {"sparse": sparse_self_scores(res.query_sparse, n) if "sparse" in res.components else np.zeros(n),
-              "bm25": bm25_bounds(snap, texts) if "bm25" in res.components and valid.any() else np.zeros(n)}
+    legs = set(res.components) | set(getattr(res, "tops", None) or {})
+    scales = {"sparse": sparse_self_scores(res.query_sparse, n) if "sparse" in legs else np.zeros(n),
+              "bm25": bm25_bounds(snap, texts) if "bm25" in legs and valid.any() else np.zeros(n)}
     feats = features_of(res.components, scales)
     before = plan.offset * (plan.group.size if plan.group is not None else 1)  # grouped: at most that many
     feats["log_rank"] = np.log(hit_ranks(res.scores, valid, before))
     feats["score"] = np.where(valid, np.asarray(res.scores, dtype=np.float64), np.nan)
     if "dense" in feats:
         feats["fused_dense"] = feats["score"] * np.clip(feats["dense"], 0.0, None)
+    tops = getattr(res, "tops", None) or {}
+    if tops:
+        best = features_of({name: np.asarray(v, dtype=np.float64)[:, None] for name, v in tops.items()}, scales)
+        for name, v in best.items():
+            feats[f"top_{name}"] = np.where(valid, v, np.nan)
     fused = plan.fusion is not None and plan.rerank is None
-    return HitInputs(feats, valid, fusion_key(plan.fusion) if fused else None)
+    return HitInputs(feats, valid, fusion_key(plan.fusion) if fused else None,
+                     {f"top_{name}": v[:, 0] for name, v in best.items()} if tops else {})
 
 
 # -- the mapping ---------------------------------------------------------------------------------------
@@ -321,6 +369,10 @@ def probability(cal: Calibration, inputs: HitInputs) -> np.ndarray:
         if model is None:
             raise ConfigError(f"the relevance calibration has no model for hits scored by {', '.join(present)} "
                               f"(it has: {sorted('+'.join(m.features) for m in cal.models.values())})")
+        missing = [f for f in model.features if f not in feats]
+        if missing:
+            raise ConfigError(f"the relevance model {'+'.join(model.features)} needs {', '.join(missing)}, which this "
+                              "search did not compute (query-level inputs come with relevance=True)")
         p = model.predict({f: np.nan_to_num(feats[f]) for f in model.features})
         out[where] = p[where]
     return out
@@ -371,59 +423,82 @@ def relevance_of(cal: Calibration, scores: np.ndarray, inputs: HitInputs) -> np.
     return monotone(np.where(inputs.valid, scores, -np.inf), probability(cal, inputs))
 
 
-def search_relevance(relevance: bool | Calibration, snap: Any, plan: Any, res: Any) -> np.ndarray:
-    """The relevance of a search's results ``res`` (a :class:`~hybridret.search.plan.PlanResult` of
-    ``plan``) on the snapshot ``snap`` it ran on: ``relevance`` is ``True`` (the index's
-    calibration, :func:`calibration_for`) or a :class:`Calibration` to use."""
+def answerability(cal: Calibration, inputs: HitInputs, blank: np.ndarray | None = None) -> np.ndarray | None:
+    """Each query's answerability ``(nq,)``: the probability that the index holds a relevant
+    document for it, from the calibration's model for the retrievers that ran (their :data:`TOPS`;
+    a retriever that found nothing counts 0); NaN for ``blank`` queries. ``None`` when the
+    calibration has no model for those retrievers (e.g. one fitted by ``hybridret calibrate`` on
+    judged queries only, for other models than the packaged ones)."""
+    ran = [top_name(f) for f in inputs.query]
+    model = cal.answer_model(ran) if ran else None
+    if model is None:
+        return None
+    p = model.predict({f: np.nan_to_num(inputs.query[f]) for f in model.features})
+    return np.where(blank, np.nan, p) if blank is not None else p
+
+
+def search_relevance(relevance: bool | Calibration, snap: Any, plan: Any, res: Any
+                     ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The relevance ``(nq, k)`` of a search's results ``res`` (a
+    :class:`~hybridret.search.plan.PlanResult` of ``plan``) on the snapshot ``snap`` it ran on, and
+    each query's :func:`answerability` ``(nq,)`` (``None`` without a model): ``relevance`` is
+    ``True`` (the index's calibration, :func:`calibration_for`) or a :class:`Calibration` to use."""
     inputs = hit_inputs(snap, plan, res)
     present = [f for f in FEATURES if f in res.components]
     cal = relevance if isinstance(relevance, Calibration) else calibration_for(snap.manifest, present)
-    return relevance_of(cal, res.scores, inputs)
+    if relevance is True and not cal.answer and default_calibration().holds_for(snap.manifest.get("encoder")):
+        # a calibration stored by `hybridret calibrate` (judged queries only): the shipped answerability
+        cal = Calibration(cal.models, cal.encoder, cal.fitted_on, default_calibration().answer)
+    blank = np.array([not str(t).strip() for t in plan.texts], dtype=bool)
+    return relevance_of(cal, res.scores, inputs), answerability(cal, inputs, blank)
 
 
-# Fitted by benchmarks/relevance.py (`python benchmarks/relevance.py --fit`) on every shared collection; the
-# held-out figures of each collection (fitted without it) are in docs/relevance.md.
-_DEFAULT = {
-    "models": [
-        {"features": ["dense", "log_rank"], "intercept": -2.494213, "weights": [4.057523, -0.217516]},
-        {"features": ["sparse", "log_rank"], "intercept": -0.76003, "weights": [1.856584, -0.594382]},
-        {"features": ["dense", "sparse", "log_rank"], "intercept": -1.121001, "weights": [2.527617, 0.680802, -0.667455]},
-        {"features": ["bm25", "log_rank"], "intercept": -0.694417, "weights": [2.722281, -0.576224]},
-        {"features": ["dense", "bm25", "log_rank"], "intercept": -1.454023, "weights": [2.340239, 2.409716, -0.551972]},
-        {"features": ["sparse", "bm25", "log_rank"], "intercept": -0.523561, "weights": [0.494744, 2.706054, -0.563556]},
-        {"features": ["dense", "sparse", "bm25", "log_rank"], "intercept": -1.40468,
-         "weights": [2.551362, -0.497522, 2.739918, -0.555339]},
-        {"features": ["dense", "sparse", "bm25", "fused_dense"], "intercept": -2.120586,
-         "weights": [-0.673715, -0.705142, 2.412228, 1.210844],
-         # the setting `method="hybrid"` runs (hybrid.HYBRID_DEFAULT, depth aside): its score is only this one's
-         "fusion": {"gqr": {"alpha": 0.5, "final": "rerank", "final_guide": 0.25, "guide_norm": "zscore", "lr": 0.001,
-                            "steps": 50, "t_dense": 0.1, "t_guide": 1.0},
-                    "guide": {"bm25": 0.5, "sparse": 0.5}, "guide_weighting": "agreement", "method": "gqr",
-                    "normalisation": "minmax", "retrievers": ["dense", "sparse"], "rrf_k": 60.0, "weights": None}},
-    ],
-    "encoder": {
-        "dense": {
-            "fingerprint": "sha256:40cbefb951622326420b083f1aef2e0b74fcd267baffde04fd5e76c26e06a6b7",
-            "max_length": 256,
-            "model": "all-MiniLM-L6-v2",
-            "normalize": True,
-            "pooling": "mean",
-            "query_prefix": "",
-        },
-        "sparse": {
-            "fingerprint": "sha256:d0884bf9deafabafd89731683a0ee57ff6338b9db9f3256dac4768ed63bbddc1",
-            "max_length": 256,
-            "model": "splade-tiny",
-            "query_top_k": None,
-        },
-    },
-    "fitted_on": {
-        "collections": ["adi", "cisi", "cranfield", "medline", "limit-small", "msmarco-dl19-pool"],
-        "hits": "top-10 of hybrid and of each retriever",
-        "script": "benchmarks/relevance.py",
-    },
-}
+RESOURCE = "relevance.json"
+"""The shipped calibration's file in ``hybridret/resources``: JSON (never pickle) with the models,
+the answerability models, the encoder identity they hold for, what they were fitted on and a
+``"sha256"`` of the rest (its canonical JSON: sorted keys, no spaces), checked on load."""
 
 
-DEFAULT_CALIBRATION: Calibration = Calibration.from_dict(_DEFAULT)
-"""The shipped calibration for the packaged models (see docs/relevance.md for its data and figures)."""
+def checksum(data: Mapping[str, Any]) -> str:
+    """The ``sha256`` of a calibration file's content: its canonical JSON without ``"sha256"``."""
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def load_calibration(path: Any = None) -> Calibration:
+    """A calibration file (default: the shipped :data:`RESOURCE`), its checksum checked: a file that
+    does not match its ``"sha256"`` (edited or damaged) is a :class:`ConfigError`, never used."""
+    if path is None:
+        from importlib.resources import files
+
+        text = files("hybridret").joinpath("resources").joinpath(RESOURCE).read_text(encoding="utf-8")
+        where = f"hybridret/resources/{RESOURCE}"
+    else:
+        text, where = Path(path).read_text(encoding="utf-8"), str(path)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(f"{where} is not JSON: {exc}") from None
+    if not isinstance(data, Mapping) or data.get("sha256") != checksum(data):
+        raise ConfigError(f"{where}: the relevance calibration does not match its sha256 (edited or damaged); "
+                          "write it with hybridret.search.relevance.calibration_file")
+    return Calibration.from_dict({k: v for k, v in data.items() if k != "sha256"})
+
+
+def calibration_file(cal: Calibration) -> str:
+    """A calibration as the JSON text of a calibration file (with its ``"sha256"``)."""
+    data = cal.to_dict()
+    return json.dumps({**data, "sha256": checksum(data)}, indent=1, sort_keys=True) + "\n"
+
+
+@lru_cache(maxsize=1)
+def default_calibration() -> Calibration:
+    """The shipped calibration for the packaged models (read once, on first use; see
+    docs/relevance.md for its data and figures)."""
+    return load_calibration()
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT_CALIBRATION":  # read on first use, not at import
+        return default_calibration()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,7 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..index.snapshot import Snapshot
 
 __all__ = ["FUSION_BUDGET_BYTES", "Encode", "StageResult", "execute", "execute_stages", "fused_search", "fusion_chunk",
-           "hits_of", "run_plan"]
+           "hits_of", "leg_tops", "run_plan"]
 
 Encode = Callable[[list[str], set[str]], QueryBatch]
 
@@ -247,11 +247,30 @@ def execute(plan: SearchPlan, source: CandidateSource, q: QueryBatch
             {n: np.concatenate([p[2][n] for p in parts]) for n in names})
 
 
-def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanResult:
+def leg_tops(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> dict[str, np.ndarray]:
+    """Each of the plan's retrievers' best exact score per query over the (filtered) index, ``(len(q),)``
+    (NaN: nothing found): the query-level inputs of relevance and answerability
+    (:mod:`hybridret.search.relevance`), the same for every page, ``k``, grouping or reranker."""
+    names = plan.retrievers if plan.single is None else (plan.single,)
+    out = {name: np.full(len(q), np.nan) for name in names}
+    step = source.top_chunk or max(len(q), 1)
+    for a in range(0, len(q), step):
+        sub = q if step >= len(q) else q.slice(a, a + step)
+        stats = source.statistics(sub, plan.stats) if plan.stats else {}
+        for name in names:
+            rows, scores = source.top(name, 1, sub, filt=plan.filter, stats=stats)
+            if rows.shape[1]:
+                best = scores[:, 0].astype(np.float64)
+                out[name][a:a + len(sub)] = np.where((rows[:, 0] >= 0) & np.isfinite(best), best, np.nan)
+    return out
+
+
+def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode, *, tops: bool = False) -> PlanResult:
     """The one search function of :class:`~hybridret.search.searcher.Searcher` and
     :class:`~hybridret.distributed.searcher.ShardedSearcher`: check the plan against the source,
     encode the non-blank queries (``encode(texts, plan.needs)``), :func:`execute`, and place the
-    results back at every query's position (blank queries: no hits)."""
+    results back at every query's position (blank queries: no hits). ``tops``: also
+    :func:`leg_tops` (``PlanResult.tops``; NaN for blank queries)."""
     source.check(plan)
     n, k, keep = len(plan.texts), plan.width, list(plan.keep)
     rows = np.full((n, k), -1, dtype=np.int64)
@@ -260,6 +279,8 @@ def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanR
     gkeys = np.full((n, plan.k), None, dtype=object) if plan.group is not None else None
     gscores = np.full((n, plan.k), -np.inf, dtype=np.float32) if plan.group is not None else None
     qs = None
+    best = {name: np.full(n, np.nan) for name in (plan.retrievers if plan.single is None else (plan.single,))} \
+        if tops else None
     if keep and not source.empty:
         q = encode(plan.kept_texts, set(plan.needs))
         if plan.staged:
@@ -275,8 +296,11 @@ def run_plan(plan: SearchPlan, source: CandidateSource, encode: Encode) -> PlanR
         if q.sparse is not None:  # rows of the blank queries stay empty
             place = sp.csr_matrix((np.ones(len(keep), np.float32), (keep, np.arange(len(keep)))), shape=(n, len(keep)))
             qs = (place @ q.sparse).tocsr()
+        if best is not None:
+            for name, v in leg_tops(plan, source, q).items():
+                best[name][keep] = v
     return PlanResult(rows=rows, scores=scores, components=comps, ids=source.ids(rows), query_sparse=qs,
-                      group_keys=gkeys, group_scores=gscores)
+                      group_keys=gkeys, group_scores=gscores, tops=best)
 
 
 def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *, filt: Filter | None = None,
@@ -287,7 +311,8 @@ def fused_search(config: FusionConfig, k: int, snap: Snapshot, q: QueryBatch, *,
     return execute(fused_plan(config, k, q.texts, filt=filt), SnapshotSource(snap, threads=threads), q)
 
 
-def hits_of(plan: SearchPlan, res: PlanResult, source: Any, *, relevance: np.ndarray | None = None) -> Hits:
+def hits_of(plan: SearchPlan, res: PlanResult, source: Any, *, relevance: np.ndarray | None = None,
+            answerability: np.ndarray | None = None) -> Hits:
     """The :class:`~hybridret.types.Hits` of a planned search, local and sharded alike; ``source``
     gives the hit views (texts, metadata, matched terms) from the snapshot or shards searched."""
     group = plan.group
@@ -295,4 +320,5 @@ def hits_of(plan: SearchPlan, res: PlanResult, source: Any, *, relevance: np.nda
                 components=res.components, query_sparse=res.query_sparse, offset=plan.offset,
                 group_by=group.field if group else None, group_size=group.size if group else 0,
                 group_keys=key_values(res.group_keys), group_scores=res.group_scores, relevance=relevance,
+                answerability=answerability,
                 _source=source)

@@ -389,8 +389,8 @@ class Searcher:
         :class:`~hybridret.search.relevance.Calibration` uses that one."""
         req = SearchRequest.of(queries, k, **options)
         snap, plan, res = self._run(req)
-        rel = search_relevance(req.relevance, snap, plan, res) if req.relevance is not False else None
-        return hits_of(plan, res, HitSource(snap, self._encoder, self._matcher), relevance=rel)
+        rel, ans = search_relevance(req.relevance, snap, plan, res) if req.relevance is not False else (None, None)
+        return hits_of(plan, res, HitSource(snap, self._encoder, self._matcher), relevance=rel, answerability=ans)
 
     def _run(self, req: SearchRequest) -> tuple[Snapshot, SearchPlan, PlanResult]:
         """Plan and run a checked search on one snapshot (expired documents masked): what
@@ -400,7 +400,8 @@ class Searcher:
         reranker = self.reranker(req.rerank) if req.rerank is not None else None
         plan = plan_search(req, available=self.available(snap), stored_fusion=snap.manifest.get("fusion"),
                            require=snap.num_rows > 0, num_docs=snap.num_docs, rerank=reranker)
-        return snap, plan, run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries)
+        return snap, plan, run_plan(plan, SnapshotSource(snap, threads=threads), self.encode_queries,
+                                    tops=req.relevance is not False)
 
     def reranker(self, rerank: Reranker | str | Path) -> Reranker:
         """``rerank`` as a :class:`~hybridret.search.rerank.Reranker`: a cross-encoder folder is loaded

@@ -260,6 +260,17 @@ class QueryResult(BaseModel):
     query: str
     hits: list[HitOut]
     groups: list[GroupOut] | None = Field(None, description="grouped searches: the groups, best first")
+    answerability: float | None = Field(None, description="only with \"relevance\": true: the calibrated probability "
+                                                          "that the index holds any relevant document for the query, "
+                                                          "in [0, 1] (low: nothing relevant here; docs/relevance.md)")
+
+    @model_serializer(mode="wrap")
+    def _without_absent_answerability(self, handler: SerializerFunctionWrapHandler):  # no return type: keeps the schema
+        """A search that did not ask for relevance has no ``"answerability"`` key (not ``null``)."""
+        out = handler(self)
+        if out.get("answerability") is None:
+            out.pop("answerability", None)
+        return out
 
 
 class SearchResponse(BaseModel):

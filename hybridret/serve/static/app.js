@@ -89,6 +89,12 @@ function renderHit(hit, maxima) {
   head.appendChild(el("span", "rank", hit.rank + "."));
   head.appendChild(el("span", "title", hit.title || hit.id));
   head.appendChild(el("span", "id", hit.id));
+  if (typeof hit.relevance === "number") {  // calibrated: the probability that this hit is relevant
+    const rel = el("span", "relevance", "relevance " + hit.relevance.toFixed(2));
+    rel.title = "calibrated probability that this hit is relevant (0.5 = even odds)";
+    head.appendChild(rel);
+    if (hit.relevance < threshold()) li.classList.add("below");
+  }
   li.appendChild(head);
 
   const body = el("div", "body");
@@ -139,6 +145,24 @@ function renderHit(hit, maxima) {
   return li;
 }
 
+function threshold() {
+  const t = Number($("threshold").value);
+  return Number.isFinite(t) ? Math.min(Math.max(t, 0), 1) : 0.5;
+}
+
+function showAnswer(answerability) {
+  // the query's answerability: below the threshold, the "nothing relevant found" state
+  const box = $("answer");
+  if (typeof answerability !== "number") { box.hidden = true; box.textContent = ""; return; }
+  const low = answerability < threshold();
+  box.className = low ? "answer none" : "answer";
+  box.textContent = low
+    ? "Nothing relevant found: answerability " + answerability.toFixed(2) + " (the probability that the index holds a "
+      + "relevant document for this query) is below " + threshold().toFixed(2) + ". The closest hits are shown dimmed."
+    : "answerability " + answerability.toFixed(2) + ": the index likely holds a relevant document for this query";
+  box.hidden = false;
+}
+
 function showError(message) {
   const box = $("error");
   box.textContent = message;
@@ -156,6 +180,7 @@ async function search(event) {
   const groupBy = $("group-by").value.trim();
   if (groupBy) body.group_by = groupBy;
   if ($("rerank").checked) body.rerank = true;
+  if ($("relevance").checked) body.relevance = true;
   const filter = $("filter").value.trim();
   if (filter) {
     try { body.filter = JSON.parse(filter); } catch (e) { showError("The filter is not valid JSON: " + e.message); return; }
@@ -166,8 +191,17 @@ async function search(event) {
   $("go").disabled = true;
   $("results").setAttribute("aria-busy", "true");
   try {
-    const resp = await fetch("/search", { method: "POST", headers, body: JSON.stringify(body) });
-    const data = await resp.json();
+    let resp = await fetch("/search", { method: "POST", headers, body: JSON.stringify(body) });
+    let data = await resp.json();
+    if (!resp.ok && body.relevance && /calibration/.test((data.error && data.error.message) || "")) {
+      // an index without a relevance calibration for its models: search without it, and say so
+      delete body.relevance;
+      $("relevance").checked = false;
+      showError((data.error && data.error.message) + " (searched without relevance)");
+      resp = await fetch("/search", { method: "POST", headers, body: JSON.stringify(body) });
+      data = await resp.json();
+    }
+    showAnswer(resp.ok ? data.results[0].answerability : undefined);
     if (!resp.ok) {
       showError((data.error && data.error.message) || ("HTTP " + resp.status));
       $("results").replaceChildren();
