@@ -716,7 +716,7 @@ class IndexWriter:
         filt.check_fields(seg.columns for seg in snap.segments)
         out: list[int] = []
         for i, seg in enumerate(snap.segments):
-            mask = filt.mask(seg.columns)
+            mask = filt.segment_mask(seg)
             if snap.live[i] is not None:
                 mask = mask & snap.live[i]
             out.extend((np.flatnonzero(mask) + int(snap.offsets[i])).tolist())
