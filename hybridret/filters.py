@@ -331,7 +331,8 @@ class Filter:
         path = sorted(suspect)[0]
         top = path.split(".", 1)[0]
         what = "the document id" if top in ("id", "_id") else f"the document's {top}"
-        hint = ("; to act on given ids pass them by id (delete(ids=[...]), get)" if top in ("id", "_id") else "")
+        hint = ("; to act on given ids pass them by id (delete(ids=[...]), get)" if top in ("id", "_id") else
+                '; to filter on the words of the text use {"$text": {"phrase": ...}} or {"$text": {"all": [...]}}')
         raise FilterError(f"filter.{path}: {top!r} is {what}, not a metadata field; filters match metadata only "
                           f"and no document has a metadata field {path!r}{hint}")
 
