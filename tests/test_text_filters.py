@@ -270,3 +270,53 @@ def test_readme_style_example(tmp_path: Path):
     hits = retriever.search("update failed", k=5, method="dense",
                             filter={"$text": {"all": ["error", "update"], "none": ["store"]}, "os": "linux"})[0]
     assert [h.id for h in hits] == ["kb3"]
+
+
+# -- two shards (a local Ray cluster) --------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sharded(seeded, tmp_path_factory):
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install 'hybridret[ray]')")
+    import os
+    import shutil
+    import tempfile
+
+    from hybridret.distributed.reshard import reshard
+    from hybridret.distributed.searcher import ShardedSearcher
+
+    _, _, single = seeded
+    started = not ray.is_initialized()
+    state = tempfile.mkdtemp(prefix="ray-")
+    if started:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        token = Path.home() / ".ray" / "auth_token"
+        had_token, had_folder = token.exists(), token.parent.exists()
+        ray.init(num_cpus=2, include_dashboard=False, _temp_dir=state, log_to_driver=False)
+    out = tmp_path_factory.mktemp("tf-sharded") / "s2"
+    reshard(single.root, out, 2)
+    s = ShardedSearcher.open(out)
+    yield s
+    s.close()
+    if started:
+        ray.shutdown()
+        if not had_token:
+            token.unlink(missing_ok=True)
+        if not had_folder and token.parent.exists() and not any(token.parent.iterdir()):
+            token.parent.rmdir()
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def test_two_shards_answer_as_one_index(seeded, sharded):
+    docs, deleted, single = seeded
+    for f in random_filters(23, 25):
+        allowed = set(live_ids(docs, deleted, f))
+        got = sharded.search("error code windows network", k=300, method="bm25", filter=f)[0]
+        one = single.search("error code windows network", k=300, method="bm25", filter=f)[0]
+        assert {h.id for h in got} <= allowed, f
+        assert {h.id for h in got} == {h.id for h in one}, f  # every allowed document with a score
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in one], rtol=1e-5)  # ties may swap
+    f = {"$text": {"phrase": "windows update"}}
+    before = [h.id for h in sharded.search("windows", k=300, method="bm25", filter=f)[0]]
+    assert before
+    sharded.delete(before[:1])
+    after = [h.id for h in sharded.search("windows", k=300, method="bm25", filter=f)[0]]
+    assert sorted(after) == sorted(before[1:])
