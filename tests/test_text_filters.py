@@ -256,20 +256,52 @@ def test_unchanged_segments_answer_phrases_from_the_cache(seeded):
     assert np.all(np.diff(first) > 0)
 
 
-def test_readme_style_example(tmp_path: Path):
+KB = [{"id": "kb1", "text": "Windows Update fails with error code 0x80070005 (access denied).", "os": "windows"},
+      {"id": "kb2", "text": "Error 0x80070005 in the Store app: reset the cache.", "os": "windows"},
+      {"id": "kb3", "text": "The code reviewer found an error in the update script.", "os": "linux"}]
+
+
+@pytest.fixture(scope="module")
+def kb():
     from hybridret import HybridRetriever
 
     retriever = HybridRetriever.from_models()
-    retriever.index([
-        {"id": "kb1", "text": "Windows Update fails with error code 0x80070005 (access denied).", "os": "windows"},
-        {"id": "kb2", "text": "Error 0x80070005 in the Store app: reset the cache.", "os": "windows"},
-        {"id": "kb3", "text": "The code reviewer found an error in the update script.", "os": "linux"},
-    ])
-    hits = retriever.search("update failed", k=5, filter={"$text": {"phrase": "error code 0x80070005"}})[0]
+    retriever.index([dict(d) for d in KB])
+    return retriever
+
+
+def test_library_example(kb):
+    hits = kb.search("update failed", k=5, filter={"$text": {"phrase": "error code 0x80070005"}})[0]
     assert [h.id for h in hits] == ["kb1"]
-    hits = retriever.search("update failed", k=5, method="dense",
-                            filter={"$text": {"all": ["error", "update"], "none": ["store"]}, "os": "linux"})[0]
+    hits = kb.search("update failed", k=5, method="dense",
+                     filter={"$text": {"all": ["error", "update"], "none": ["store"]}, "os": "linux"})[0]
     assert [h.id for h in hits] == ["kb3"]
+
+
+def test_http_api_and_client(kb):
+    import httpx
+    from _serving import serving
+
+    from hybridret.client import Client
+    from hybridret.serve.app import ServeConfig, create_app
+
+    with serving(create_app(kb, ServeConfig(batching=False))) as url:
+        body = {"query": "access denied", "k": 5, "method": "dense",
+                "filter": {"$or": [{"$text": {"phrase": "error 0x80070005"}}, {"os": "linux"}]}}
+        r = httpx.post(f"{url}/search", json=body, timeout=60)
+        assert r.status_code == 200, r.text
+        assert sorted(h["id"] for h in r.json()["results"][0]["hits"]) == ["kb2", "kb3"]
+        r = httpx.post(f"{url}/search", json={"query": "x", "filter": {"$text": {"all": ["the"]}}}, timeout=60)
+        assert r.status_code == 400 and "filter.$text.all[0]: 'the' has no searchable word" in r.text
+        client = Client(url)
+        try:
+            hits = client.search("cache", k=5, filter={"$text": {"any": ["store", "reviewer"]}})
+            assert sorted(h.id for h in hits[0]) == ["kb2", "kb3"]
+            assert client.count({"$text": {"all": ["error"]}, "os": "windows"}) == 2
+            with pytest.raises(FilterError, match=r"filter\.\$text\.none: expected a non-empty list"):
+                client.search("x", k=3, filter={"$text": {"none": "cache"}})  # refused before any request
+        finally:
+            client.close()
 
 
 # -- two shards (a local Ray cluster) --------------------------------------------------------------------------
