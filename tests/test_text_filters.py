@@ -304,6 +304,31 @@ def test_http_api_and_client(kb):
             client.close()
 
 
+def test_framework_adapters(kb):
+    """LangChain takes hybridret filters as they are; LlamaIndex's text_match on the key "text"
+    becomes a phrase; Haystack has no full-text operator, so a condition on "content" says to use $text."""
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("llama_index.core")
+    pytest.importorskip("haystack")
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter, MetadataFilters
+
+    from hybridret.integrations import HybridRetLangChainRetriever, HybridRetLlamaIndexRetriever
+    from hybridret.integrations import haystack_filter_to_hybridret as haystack_tr
+
+    lc = HybridRetLangChainRetriever(searcher=kb.searcher, k=5, filter={"$text": {"any": ["store", "reviewer"]}})
+    assert sorted(d.metadata["id"] for d in lc.invoke("cache")) == ["kb2", "kb3"]
+    li = HybridRetLlamaIndexRetriever(kb.searcher, similarity_top_k=5, filters=MetadataFilters(filters=[
+        MetadataFilter(key="text", value="Error Code", operator=FilterOperator.TEXT_MATCH),
+        MetadataFilter(key="os", value="windows")]))
+    assert [n.node.node_id for n in li.retrieve("access denied")] == ["kb1"]
+    with pytest.raises(FilterError, match="on the metadata field 'os': hybridret matches words in a document's text"):
+        HybridRetLlamaIndexRetriever(kb.searcher, filters=MetadataFilters(
+            filters=[MetadataFilter(key="os", value="win", operator=FilterOperator.TEXT_MATCH)]))
+    assert haystack_tr({"$text": {"phrase": "error code"}}) == {"$text": {"phrase": "error code"}}
+    with pytest.raises(FilterError, match=r"no full-text operator.*\$text"):
+        haystack_tr({"field": "content", "operator": "==", "value": "error"})
+
+
 # -- two shards (a local Ray cluster) --------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def sharded(seeded, tmp_path_factory):
