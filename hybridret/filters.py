@@ -39,7 +39,7 @@ import numpy as np
 from .errors import ConfigError
 from .index.metadata import MAX_INT, Column, MetadataColumns
 
-__all__ = ["DOCUMENT_FIELDS", "MAX_IN_VALUES", "TEXT_KEYS", "Filter", "FilterError", "parse_filter"]
+__all__ = ["DOCUMENT_FIELDS", "MAX_IN_VALUES", "TEXT_KEYS", "Filter", "FilterError", "TextUnavailable", "parse_filter"]
 
 _FIELD_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
 _RANGE = ("$gt", "$gte", "$lt", "$lte")
@@ -52,6 +52,11 @@ DOCUMENT_FIELDS = ("id", "_id", "title", "text", "contents")
 
 class FilterError(ConfigError):
     """A filter is malformed; the message says where (``filter.$and[1].year.$gte``) and why."""
+
+
+class TextUnavailable(FilterError):
+    """A segment cannot answer a ``$text`` condition (no stored text, no BM25 part); raised by
+    :mod:`hybridret.index.textmatch`, re-raised here with the filter's field in front."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +149,7 @@ def _parse_text(spec: Any, where: str, count: list[int]) -> _Text:
     if not isinstance(spec, Mapping) or not spec:
         raise FilterError(f"{where}: expected an object with one or more of {', '.join(TEXT_KEYS)}, e.g. "
                           '{"$text": {"phrase": "error code 0x80070005"}}')
-    from .index._tantivy import bm25_analyzer
+    from .index.analysis import bm25_analyzer
 
     analyzer = bm25_analyzer()
     parts: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {key: () for key in TEXT_KEYS}
@@ -244,8 +249,6 @@ def _cmp(x: Any, op: str, value: Any) -> bool:
 
 
 def _text_mask(node: _Text, n: int, text: Any) -> np.ndarray:
-    from .index.textmatch import TextUnavailable
-
     def held(entry: tuple[tuple[str, ...], str]) -> np.ndarray:
         try:
             return text.mask(entry[0])

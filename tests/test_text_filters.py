@@ -12,7 +12,7 @@ from _text_only import TextOnly, build
 
 from hybridret import IndexWriter, Searcher
 from hybridret.filters import FilterError, parse_filter
-from hybridret.index._tantivy import bm25_analyzer
+from hybridret.index.analysis import bm25_analyzer
 from hybridret.index.textmatch import full_text, holds_sequence
 
 WORDS = ["error", "code", "the", "of", "windows", "update", "failed", "0x80070005", "running", "runs", "run",

@@ -1,7 +1,7 @@
 """Full-text filter matching in one segment: which rows' text holds analysed words or phrases.
 
 A ``$text`` filter (:mod:`hybridret.filters`) names *terms*: each word or phrase is analysed by the
-BM25 analyzer (:func:`~._tantivy.bm25_analyzer`: split on non-alphanumerics, tokens over 40 bytes
+BM25 analyzer (:func:`~.analysis.bm25_analyzer`: split on non-alphanumerics, tokens over 40 bytes
 dropped, lowercased, English stop words removed, stemmed), the same one that built the segment's
 BM25 postings from each document's ``full_text`` (title and text). A row holds a sequence of terms
 when the analysed tokens of its text contain them *consecutively* (one term: anywhere).
@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..filters import TextUnavailable
 from ._once import Once
 
 __all__ = ["CACHE_PHRASES", "TextMatcher", "TextUnavailable", "full_text", "holds_sequence"]
@@ -38,11 +38,6 @@ __all__ = ["CACHE_PHRASES", "TextMatcher", "TextUnavailable", "full_text", "hold
 logger = logging.getLogger(__name__)
 
 CACHE_PHRASES = 256  # phrase results kept per segment (rows as int32: small next to a mask)
-
-
-class TextUnavailable(ConfigError):
-    """The segment cannot answer a ``$text`` condition (no stored text, no BM25 part); the filter
-    layer re-raises it as a ``FilterError`` that names the filter's field."""
 
 
 def full_text(title: str, text: str) -> str:
@@ -80,7 +75,7 @@ class TextMatcher:
     # -- postings ---------------------------------------------------------------------------------
     def _analyze(self, row: int) -> list[str]:
         if self.analyzer is None:
-            from ._tantivy import bm25_analyzer
+            from .analysis import bm25_analyzer
 
             self.analyzer = bm25_analyzer()
         text = full_text(*self.segment.docs.get(row))
