@@ -60,6 +60,7 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "faiss_factory": "auto", "faiss_auto_min_rows": AUTO_MIN_ROWS, "faiss_metric": "ip", "sparse_scheme": "impact",
     "sparse_bits": 6,
     "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
+    "phrase_index": True,  # the "phrases" part ($text phrase filters, index/phrases.py)
 }
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source", "chunking")  # carried from commit to commit
 _DOC_KEYS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})

@@ -8,10 +8,14 @@ when the analysed tokens of its text contain them *consecutively* (one term: any
 
 How (chosen by ``benchmarks/text_filter.py``, figures in docs/filters.md):
 
-* **one term**: the rows of its postings in the BM25 part (exact: the same tokens of the same text);
-* **several terms** (a phrase): the rows holding every term (postings intersected, rarest first),
-  then each candidate's stored text analysed again and scanned for the consecutive sequence. The
-  result is kept per phrase (:data:`CACHE_PHRASES` most recent), the segment never changing;
+* **one term**: the rows of its postings in the BM25 part (exact: the same tokens of the same text;
+  faster than any tantivy query, most of all for common words and ``none``);
+* **several terms** (a phrase): one phrase query to the segment's ``phrases`` part
+  (:mod:`.phrases`: tantivy with positions over the analysed tokens). A segment written before that
+  part existed (or with ``phrase_index=False``) takes the rows holding every term (postings
+  intersected, rarest first) and analyses each candidate's stored text again, exact as well but
+  slower in proportion to the candidates; ``compact`` (or any merge) gives it the part. The result
+  is kept per phrase (:data:`CACHE_PHRASES` most recent), the segment never changing;
 * **no BM25 part** (an index built with ``bm25=False``, or a legacy tantivy-only one): every stored
   text is analysed once, on the first ``$text`` filter, into postings kept for the segment's life.
 
@@ -66,6 +70,10 @@ class TextMatcher:
         self.n = int(segment.num_docs)
         stores = [p for p in segment.parts.values() if isinstance(p, BM25Store)]
         self.store: BM25Store | None = stores[0] if stores else None
+        from .phrases import PhraseIndex
+
+        positional = [p for p in segment.parts.values() if isinstance(p, PhraseIndex)]
+        self.positions: PhraseIndex | None = positional[0] if positional else None
         self.has_text = bool(segment.docs.has_text)
         self._own: Once[tuple[dict[str, int], list[np.ndarray]]] = Once()  # postings made from texts
         self._phrases: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()
@@ -118,6 +126,13 @@ class TextMatcher:
             if hit is not None:
                 self._phrases.move_to_end(terms)
                 return hit
+        if self.positions is not None:
+            found = self.positions.rows(terms)
+            with self._lock:
+                self._phrases[terms] = found
+                while len(self._phrases) > CACHE_PHRASES:
+                    self._phrases.popitem(last=False)
+            return found
         lists = sorted((self.postings(t) for t in set(terms)), key=len)
         cand = lists[0]
         for other in lists[1:]:
