@@ -101,6 +101,7 @@ def seeded(tmp_path_factory):
     path = build(tmp_path_factory.mktemp("tf") / "ix", docs, parts=3, delete=sorted(deleted))
     s = Searcher(path)
     assert len(s.snapshot.segments) == 3
+    assert all(seg.part("phrases") is not None for seg in s.snapshot.segments)  # written by default
     return docs, deleted, s
 
 
@@ -179,6 +180,32 @@ def test_living_index_adds_upserts_deletes_and_compaction(tmp_path):
         w.compact()
     s = check()
     assert len(s.snapshot.segments) == 1
+
+
+def test_segments_without_the_phrases_part_answer_the_same_and_compact_adds_it(tmp_path):
+    """An index written before the part existed (phrase_index=False here) answers phrases by the
+    positional check of stored texts; later writes keep its layout (the manifest's parts are those
+    of every segment), and a compaction gives it the part; every state agrees with the reference."""
+    docs = corpus(5, 200)
+    with IndexWriter(tmp_path / "ix", encoder=TextOnly(), settings={"phrase_index": False, "max_segments": 0}) as w:
+        w.write(docs[:100], mode="build")
+    old = Searcher(tmp_path / "ix")
+    assert old.snapshot.segments[0].part("phrases") is None
+    filters = random_filters(8, 60)
+    for f in filters:
+        assert sorted(d["id"] for d in old.documents(f)) == sorted(live_ids(docs[:100], set(), f)), f
+    with IndexWriter(tmp_path / "ix", encoder=TextOnly(), settings={"phrase_index": True, "max_segments": 0}) as w:
+        w.write(docs[100:], mode="add")
+    mixed = Searcher(tmp_path / "ix")
+    assert [seg.part("phrases") is not None for seg in mixed.snapshot.segments] == [False, False]
+    for f in filters:
+        assert sorted(d["id"] for d in mixed.documents(f)) == sorted(live_ids(docs, set(), f)), f
+    with IndexWriter(tmp_path / "ix", encoder=TextOnly()) as w:
+        w.compact()
+    done = Searcher(tmp_path / "ix")
+    assert [seg.part("phrases") is not None for seg in done.snapshot.segments] == [True]
+    for f in filters:
+        assert sorted(d["id"] for d in done.documents(f)) == sorted(live_ids(docs, set(), f)), f
 
 
 def test_index_without_bm25_part_answers_from_stored_texts(tmp_path):
