@@ -1,26 +1,28 @@
-"""Full-text filters (``$text``): what they cost, and the engine chosen against tantivy with positions.
+"""Full-text filters (``$text``): what they cost, per engine, against a brute-force reference.
 
 On a shared collection (default the 30,005-passage MS MARCO DL19 pool, ``../shared/data``;
-``--smoke``: the bundled 1,000-passage sample) indexed for BM25 only (no encoder: the text
-filter's cost does not depend on the vectors), in ``--segments`` segments:
+``--smoke``: the bundled sample) indexed for BM25 only (no encoder: a text filter's cost does not
+depend on the vectors), in ``--segments`` segments, twice: with the ``phrases`` part (the default)
+and without it (``phrase_index=False``, the layout of an index written before the part existed).
+Engines compared on the same filters:
 
-* **engine** (the one shipped, :mod:`hybridret.index.textmatch`): words from the BM25 part's
-  postings, phrases from the postings of their terms intersected and each candidate's stored text
-  analysed again. Its mask time per filter is measured *cold* (a fresh matcher: nothing cached)
-  and *warm* (the phrase result cached per segment);
-* **alternative**: a tantivy index with positions over the same texts, the same analyzer
-  registered as its tokenizer and a fast ``row`` field, answering the same filters with term /
-  boolean / phrase queries (``search(limit=n)`` + ``fast_field_values``). Its build time and disk
-  are what a per-segment tantivy part would add; its phrase semantics differ where stop words sat
-  between two words (tantivy keeps their positions), so the agreement with the reference is shown;
-* **reference**: every text analysed in Python and scanned (the tests' brute force): each engine's
-  masks are checked against it (``exact``);
-* **ms/query added** to a BM25 top-10 search (the DL19 queries, one per call) by each filter
-  kind, cold and warm, against the same searches without a filter.
+* **shipped** (:mod:`hybridret.index.textmatch`): words from the BM25 part's postings, phrases
+  from one tantivy phrase query to the ``phrases`` part (:mod:`hybridret.index.phrases`);
+* **no part** (the fallback for older segments): phrases from the postings of their words
+  intersected and each candidate's stored text analysed again and scanned;
+* **tantivy for words too**: every entry (words as term queries, phrases as phrase queries, ``none``
+  as MustNot) as one boolean query to the ``phrases`` part, hits mapped to rows by its fast field.
+
+Mask times per filter are *cold* (a fresh matcher: nothing cached) and *warm* (phrase results are
+kept per segment). **Reference**: every text analysed in Python and scanned (the tests' brute
+force); each engine's masks are checked against it (``exact``). **ms/query added** to a BM25 top-10
+search (the collection's queries, one per call) by each filter kind, against the same searches
+without a filter. **Build and disk**: the ``phrases`` part built over all texts (``--repeats``
+times), its bytes next to the BM25 part's and the stored texts'.
 
 Filters are drawn with a fixed seed from the corpus: single words by document frequency (rare
-10-100, common 1,000-5,000), ``all`` of two mid words, ``none`` of one common word, and phrases of
-2 and 3 consecutive words taken from a document (so most match something).
+10-100, common 1,000-5,000 per 30k), ``all`` of two mid words, ``none`` of one common word, and
+phrases of 2 and 3 consecutive words taken from a document (so most match something).
 
 Run pinned to one core: ``taskset -c 1 python benchmarks/text_filter.py`` (3 repeats: median and
 spread). Prints tables and writes ``benchmarks/results/text_filter.json`` (``--out``).
@@ -51,7 +53,8 @@ from hybridret.encoders.base import EncodedBatch, Encoder  # noqa: E402
 from hybridret.filters import parse_filter  # noqa: E402
 from hybridret.index._once import Once  # noqa: E402
 from hybridret.index.analysis import bm25_analyzer  # noqa: E402
-from hybridret.index.textmatch import TextMatcher, full_text, holds_sequence  # noqa: E402
+from hybridret.index.phrases import FIELD, PhraseIndexBuilder  # noqa: E402
+from hybridret.index.textmatch import full_text, holds_sequence  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "hybridret" / "resources" / "sample"
 KINDS = ("word rare", "word common", "all 2 words", "none 1 word", "phrase 2", "phrase 3")
@@ -123,53 +126,40 @@ def reference_mask(tokens: list[list[str]], spec: dict[str, Any], an: Any) -> np
                      for t in tokens], dtype=bool)
 
 
-# -- the alternative: tantivy with positions ----------------------------------------------------------------
-def build_tantivy(folder: Path, texts: list[str]) -> tuple[Any, float]:
+# -- tantivy for words too: one boolean query per segment to its phrases part ---------------------------------
+def tantivy_all_mask(snap: Any, spec: dict[str, Any], an: Any) -> np.ndarray:
     import tantivy
 
-    start = time.perf_counter()
-    sb = tantivy.SchemaBuilder()
-    sb.add_text_field("text", stored=False, tokenizer_name="hybridret_en", index_option="position")
-    sb.add_unsigned_field("row", stored=False, indexed=False, fast=True)
-    schema = sb.build()
-    folder.mkdir(parents=True)
-    index = tantivy.Index(schema, path=str(folder))
-    index.register_tokenizer("hybridret_en", bm25_analyzer())
-    writer = index.writer(heap_size=128_000_000, num_threads=1)
-    for row, text in enumerate(texts):
-        doc = tantivy.Document()
-        doc.add_text("text", text)
-        doc.add_unsigned("row", row)
-        writer.add_document(doc)
-    writer.commit()
-    writer.wait_merging_threads()
-    index.reload()
-    return index, time.perf_counter() - start
+    out = []
+    for seg in snap.segments:
+        part = seg.part("phrases")
+        schema, searcher, n = part.schema, part.searcher, part.num_docs
+
+        def entry_query(entry: str) -> Any:
+            toks = list(an.analyze(entry))
+            if len(toks) == 1:
+                return tantivy.Query.term_query(schema, FIELD, toks[0])
+            return tantivy.Query.phrase_query(schema, FIELD, toks)
+
+        entries = ([spec["phrase"]] if "phrase" in spec else []) + spec.get("all", [])
+        clauses = [(tantivy.Occur.Must, entry_query(e)) for e in entries] or [(tantivy.Occur.Must, tantivy.Query.all_query())]
+        clauses += [(tantivy.Occur.MustNot, entry_query(e)) for e in spec.get("none", [])]
+        hits = searcher.search(tantivy.Query.boolean_query(clauses), limit=max(1, n), count=False).hits
+        mask = np.zeros(n, dtype=bool)
+        if hits:
+            mask[np.asarray(searcher.fast_field_values("row", [addr for _, addr in hits]), dtype=np.int64)] = True
+        out.append(mask)
+    return np.concatenate(out)
 
 
-def tantivy_mask(index: Any, spec: dict[str, Any], n: int, an: Any) -> np.ndarray:
-    import tantivy
-
-    schema = index.schema
-
-    def entry_query(entry: str) -> Any:
-        toks = list(an.analyze(entry))
-        if len(toks) == 1:
-            return tantivy.Query.term_query(schema, "text", toks[0])
-        return tantivy.Query.phrase_query(schema, "text", toks)
-
-    must = [(tantivy.Occur.Must, entry_query(e)) for e in ([spec["phrase"]] if "phrase" in spec else []) + spec.get("all", [])]
-    must_not = [(tantivy.Occur.MustNot, entry_query(e)) for e in spec.get("none", [])]
-    if not must:
-        must = [(tantivy.Occur.Must, tantivy.Query.all_query())]
-    query = tantivy.Query.boolean_query(must + must_not)
-    searcher = index.searcher()
-    hits = searcher.search(query, limit=max(1, n), count=False).hits
-    out = np.zeros(n, dtype=bool)
-    if hits:
-        rows = searcher.fast_field_values("row", [addr for _, addr in hits])
-        out[np.asarray(rows, dtype=np.int64)] = True
-    return out
+def part_build_seconds(folder: Path, texts: list[str]) -> float:
+    shutil.rmtree(folder, ignore_errors=True)
+    t = time.perf_counter()
+    builder = PhraseIndexBuilder(folder)
+    for i in range(0, len(texts), 4096):
+        builder.add(texts[i:i + 4096])
+    builder.close()
+    return time.perf_counter() - t
 
 
 def ours_mask(snap: Any, filt: Any, *, cold: bool) -> np.ndarray:
@@ -216,22 +206,23 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="hybridret-textfilter-"))
     try:
         cuts = np.linspace(0, n, args.segments + 1).astype(int)
-        t0 = time.perf_counter()
-        for j in range(args.segments):
-            with IndexWriter(work / "ix", encoder=TextOnly(), settings={"max_segments": 0}) as w:
-                w.write(docs[cuts[j]:cuts[j + 1]], mode="build" if j == 0 else "add", show_progress=False)
-        index_s = time.perf_counter() - t0
-        searcher = Searcher(work / "ix")
-        snap = searcher.snapshot
+        snaps, searchers, build_s = {}, {}, {}
+        for name, on in (("shipped", True), ("no part", False)):
+            t0 = time.perf_counter()
+            for j in range(args.segments):
+                with IndexWriter(work / name, encoder=TextOnly(), settings={"max_segments": 0, "phrase_index": on}) as w:
+                    w.write(docs[cuts[j]:cuts[j + 1]], mode="build" if j == 0 else "add", show_progress=False)
+            build_s[name] = time.perf_counter() - t0
+            searchers[name] = Searcher(work / name)
+            snaps[name] = searchers[name].snapshot
+        snap = snaps["shipped"]
+        assert all(seg.part("phrases") is not None for seg in snap.segments)
+        assert all(seg.part("phrases") is None for seg in snaps["no part"].segments)
         bm25_bytes = sum(folder_bytes(seg.root / "bm25") for seg in snap.segments)
+        phrase_bytes = sum(folder_bytes(seg.root / "phrases") for seg in snap.segments)
         text_bytes = sum((seg.root / "texts.bin").stat().st_size + (seg.root / "texts.offsets.npy").stat().st_size
                          for seg in snap.segments)
-        tv_builds = []
-        for r in range(args.repeats):
-            shutil.rmtree(work / "tantivy", ignore_errors=True)
-            tv_index, secs = build_tantivy(work / "tantivy", texts)
-            tv_builds.append(secs)
-        tv_bytes = folder_bytes(work / "tantivy")
+        part_builds = [part_build_seconds(work / "part", texts) for _ in range(args.repeats)]
 
         rows: list[dict[str, Any]] = []
         result: dict[str, Any] = {}
@@ -239,56 +230,61 @@ def main(argv: list[str] | None = None) -> int:
             specs = filters[kind]
             parsed = [parse_filter(f) for f in specs]
             refs = [reference_mask(tokens, f["$text"], an) for f in specs]
-            ours_exact = all(np.array_equal(ours_mask(snap, p, cold=True), ref) for p, ref in zip(parsed, refs))
-            tv_agree = [np.array_equal(tantivy_mask(tv_index, f["$text"], n, an), ref) for f, ref in zip(specs, refs)]
-            timing: dict[str, list[float]] = {"cold": [], "warm": [], "tantivy": [], "search_none": [],
-                                              "search_cold": [], "search_warm": []}
+            exact = {name: all(np.array_equal(ours_mask(snaps[name], p, cold=True), ref) for p, ref in zip(parsed, refs))
+                     for name in snaps}
+            exact["tantivy all"] = all(np.array_equal(tantivy_all_mask(snap, f["$text"], an), ref)
+                                       for f, ref in zip(specs, refs))
+            timing: dict[str, list[float]] = {}
+
+            def timed(label: str, fn: Any, items: list[Any]) -> None:
+                t = time.perf_counter()
+                for item in items:
+                    fn(item)
+                timing.setdefault(label, []).append((time.perf_counter() - t) * 1000 / len(items))
+
+            pairs = [(queries[i % len(queries)], parsed[i % len(parsed)]) for i in range(max(len(queries), len(parsed)))]
+
+            def search(name: str, use: bool, cold: bool) -> Any:
+                def run(pair: tuple[str, Any]) -> None:
+                    if cold:
+                        for seg in snaps[name].segments:
+                            seg._text = Once()
+                    searchers[name].search(pair[0], k=10, method="bm25", filter=pair[1] if use else None)
+                return run
+
             for _ in range(args.repeats):
-                t = time.perf_counter()
-                for p in parsed:
-                    ours_mask(snap, p, cold=True)
-                timing["cold"].append((time.perf_counter() - t) * 1000 / len(parsed))
-                t = time.perf_counter()
-                for p in parsed:
+                timed("shipped cold", lambda p: ours_mask(snap, p, cold=True), parsed)
+                for p in parsed:  # fill the per-segment phrase results, then time reading them
                     ours_mask(snap, p, cold=False)
-                timing["warm"].append((time.perf_counter() - t) * 1000 / len(parsed))
-                t = time.perf_counter()
-                for f in specs:
-                    tantivy_mask(tv_index, f["$text"], n, an)
-                timing["tantivy"].append((time.perf_counter() - t) * 1000 / len(specs))
-                pairs = [(queries[i % len(queries)], parsed[i % len(parsed)]) for i in range(max(len(queries), len(parsed)))]
-                for label, cold, use in (("search_none", False, False), ("search_cold", True, True),
-                                         ("search_warm", False, True)):
-                    t = time.perf_counter()
-                    for q, p in pairs:
-                        if cold:
-                            for seg in snap.segments:
-                                seg._text = Once()
-                        searcher.search(q, k=10, method="bm25", filter=p if use else None)
-                    timing[label].append((time.perf_counter() - t) * 1000 / len(pairs))
+                timed("shipped warm", lambda p: ours_mask(snap, p, cold=False), parsed)
+                timed("no part cold", lambda p: ours_mask(snaps["no part"], p, cold=True), parsed)
+                timed("tantivy all", lambda f: tantivy_all_mask(snap, f["$text"], an), specs)
+                timed("search none", search("shipped", False, False), pairs)
+                timed("search shipped cold", search("shipped", True, True), pairs)
+                timed("search shipped warm", search("shipped", True, False), pairs)
+                timed("search no part cold", search("no part", True, True), pairs)
             med = {k: median_spread(v) for k, v in timing.items()}
             matched = float(np.mean([ref.mean() for ref in refs]))
-            row = {"filter": kind, "matching share": matched, "ours exact": ours_exact,
-                   "tantivy agrees": f"{sum(tv_agree)}/{len(tv_agree)}",
-                   "mask cold ms": med["cold"][0], "mask warm ms": med["warm"][0], "tantivy ms": med["tantivy"][0],
-                   "bm25 ms": med["search_none"][0],
-                   "+ms cold": med["search_cold"][0] - med["search_none"][0],
-                   "+ms warm": med["search_warm"][0] - med["search_none"][0]}
-            rows.append(row)
-            result[kind] = {"filters": specs, "matching_share": matched, "ours_exact": ours_exact,
-                            "tantivy_agrees": int(sum(tv_agree)), "count": len(specs),
+            base = med["search none"][0]
+            rows.append({"filter": kind, "matching share": matched,
+                         "exact (shipped/no part/tantivy all)": "/".join(str(exact[k]) for k in
+                                                                         ("shipped", "no part", "tantivy all")),
+                         "shipped cold ms": med["shipped cold"][0], "shipped warm ms": med["shipped warm"][0],
+                         "no part cold ms": med["no part cold"][0], "tantivy all ms": med["tantivy all"][0],
+                         "bm25 ms": base, "+ms shipped cold": med["search shipped cold"][0] - base,
+                         "+ms shipped warm": med["search shipped warm"][0] - base,
+                         "+ms no part cold": med["search no part cold"][0] - base})
+            result[kind] = {"filters": specs, "matching_share": matched, "exact": exact, "count": len(specs),
                             **{f"{k}_ms_median": v[0] for k, v in med.items()},
                             **{f"{k}_ms_spread": v[1] for k, v in med.items()}}
         print(f"{n:,} passages in {args.segments} segments ({corpus.name}); {len(queries)} queries; "
-              f"{args.repeats} repeats, medians (spread in the JSON)")
-        print(table(rows, ["filter", "matching share", "ours exact", "tantivy agrees", "mask cold ms", "mask warm ms",
-                           "tantivy ms", "bm25 ms", "+ms cold", "+ms warm"]))
-        build = {"index_build_s (texts + bm25, for scale)": index_s, "python_analysis_of_all_texts_s": analyse_s,
-                 "bm25_part_bytes": bm25_bytes, "stored_text_bytes": text_bytes,
-                 "tantivy_positions_build_s_median": statistics.median(tv_builds),
-                 "tantivy_positions_build_s_spread": max(tv_builds) - min(tv_builds),
-                 "tantivy_positions_bytes": tv_bytes,
-                 "shipped_engine_extra_bytes": 0}
+              f"{args.repeats} repeats, medians of per-filter means (spread in the JSON)")
+        print(table(rows, list(rows[0])))
+        build = {"index_build_s_with_part": build_s["shipped"], "index_build_s_without_part": build_s["no part"],
+                 "phrases_part_build_s_median": statistics.median(part_builds),
+                 "phrases_part_build_s_spread": max(part_builds) - min(part_builds),
+                 "phrases_part_bytes": phrase_bytes, "bm25_part_bytes": bm25_bytes, "stored_text_bytes": text_bytes,
+                 "python_analysis_of_all_texts_s": analyse_s}
         print(table([{"what": k, "value": v} for k, v in build.items()], ["what", "value"]))
         write_json(args.out, {"corpus": corpus.name, "passages": n, "segments": args.segments,
                               "queries": len(queries), "repeats": args.repeats, "per_kind": args.per_kind,
