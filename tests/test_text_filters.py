@@ -331,6 +331,52 @@ def test_http_api_and_client(kb):
             client.close()
 
 
+def _chromium() -> tuple[str, str] | None:
+    import shutil
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
+                                                "chromium-driver)")
+def test_search_page_filter_box_takes_text_filters(kb):
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
+    from _serving import serving
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from hybridret.serve.app import ServeConfig, create_app
+
+    browser, driver_path = _chromium()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        opts.add_argument(arg)
+    with serving(create_app(kb, ServeConfig(batching=False))) as url:
+        driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+        try:
+            driver.get(url + "/")
+            WebDriverWait(driver, 20).until(ec.text_to_be_present_in_element((By.ID, "status"), "documents"))
+            assert "$text" in driver.find_element(By.ID, "filter").get_attribute("title")
+            driver.find_element(By.ID, "q").send_keys("access denied")
+            driver.find_element(By.ID, "filter").send_keys('{"$text": {"phrase": "error code"}}')
+            driver.find_element(By.ID, "go").click()
+            WebDriverWait(driver, 30).until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#results .hit")) >= 1)
+            assert [h.get_attribute("data-id") for h in driver.find_elements(By.CSS_SELECTOR, "#results .hit")] == ["kb1"]
+            box = driver.find_element(By.ID, "filter")
+            box.clear()
+            box.send_keys('{"$text": {"all": ["the"]}}')
+            driver.find_element(By.ID, "go").click()
+            WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "error").is_displayed())
+            assert "filter.$text.all[0]" in driver.find_element(By.ID, "error").text
+        finally:
+            driver.quit()
+
+
 def test_framework_adapters(kb):
     """LangChain takes hybridret filters as they are; LlamaIndex's text_match on the key "text"
     becomes a phrase; Haystack has no full-text operator, so a condition on "content" says to use $text."""
