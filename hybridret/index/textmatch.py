@@ -14,7 +14,7 @@ How (chosen by ``benchmarks/text_filter.py``, figures in docs/filters.md):
   (:mod:`.phrases`: tantivy with positions over the analysed tokens). A segment written before that
   part existed (or with ``phrase_index=False``) takes the rows holding every term (postings
   intersected, rarest first) and analyses each candidate's stored text again, exact as well but
-  slower in proportion to the candidates; ``compact`` (or any merge) gives it the part. The result
+  slower in proportion to the candidates; ``compact`` (rewriting every segment) gives it the part. The result
   is kept per phrase (:data:`CACHE_PHRASES` most recent), the segment never changing;
 * **no BM25 part** (an index built with ``bm25=False``, or a legacy tantivy-only one): every stored
   text is analysed once, on the first ``$text`` filter, into postings kept for the segment's life.
@@ -65,13 +65,12 @@ class TextMatcher:
 
     def __init__(self, segment: Any) -> None:
         from .bm25 import BM25Store
+        from .phrases import PhraseIndex
 
         self.segment = segment
         self.n = int(segment.num_docs)
         stores = [p for p in segment.parts.values() if isinstance(p, BM25Store)]
         self.store: BM25Store | None = stores[0] if stores else None
-        from .phrases import PhraseIndex
-
         positional = [p for p in segment.parts.values() if isinstance(p, PhraseIndex)]
         self.positions: PhraseIndex | None = positional[0] if positional else None
         self.has_text = bool(segment.docs.has_text)
@@ -127,12 +126,7 @@ class TextMatcher:
                 self._phrases.move_to_end(terms)
                 return hit
         if self.positions is not None:
-            found = self.positions.rows(terms)
-            with self._lock:
-                self._phrases[terms] = found
-                while len(self._phrases) > CACHE_PHRASES:
-                    self._phrases.popitem(last=False)
-            return found
+            return self._keep(terms, self.positions.rows(terms))
         lists = sorted((self.postings(t) for t in set(terms)), key=len)
         cand = lists[0]
         for other in lists[1:]:
@@ -144,6 +138,9 @@ class TextMatcher:
                                   "so a phrase (several terms in a row) cannot be checked; use single words, or "
                                   "rebuild the index with store_text=True")
         found = np.asarray([r for r in cand.tolist() if holds_sequence(self._analyze(r), terms)], dtype=np.int64)
+        return self._keep(terms, found)
+
+    def _keep(self, terms: tuple[str, ...], found: np.ndarray) -> np.ndarray:
         with self._lock:
             self._phrases[terms] = found
             while len(self._phrases) > CACHE_PHRASES:
