@@ -10,12 +10,20 @@ Syntax (a JSON object; several keys in one object are ANDed)::
     {"url": {"$exists": true}}                 the field is present (null counts as present)
     {"$and": [F, ...]}  {"$or": [F, ...]}  {"$not": F}
     {"author.name": "Ada"}                     dots address nested objects
+    {"$text": {"phrase": "error code 0x80070005"}}               full text: these words in a row
+    {"$text": {"all": ["a", "b"], "any": [...], "none": ["c"]}}  every / one of / none of these words
 
 Comparisons are type-strict: ``1`` matches neither ``true`` nor ``"1"``; integers and floats compare
 as numbers. A filter is applied *before* top-k in every retriever (see :mod:`hybridret.retrievers`):
 exact retrievers (Flat dense, learned sparse, BM25) return the exact top-k of the matching documents
 (learned sparse and BM25 never return a document that scores 0); HNSW/IVF segments return the
 matching documents their graph or lists reach (docs/filters.md measures the recall).
+
+``$text`` matches the document's own text (title and text), not metadata: every word or phrase is
+analysed by the analyzer BM25 uses (lowercase, English stop words dropped, stemmed), and a document
+passes when the analysed tokens of its text hold each entry's tokens consecutively (an entry of one
+token: that token anywhere). Its keys (``phrase``, ``all``, ``any``, ``none``) are ANDed; the
+segment answers it (:mod:`hybridret.index.textmatch`), so :meth:`Filter.mask` takes the segment.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ import numpy as np
 from .errors import ConfigError
 from .index.metadata import MAX_INT, Column, MetadataColumns
 
-__all__ = ["DOCUMENT_FIELDS", "MAX_IN_VALUES", "Filter", "FilterError", "parse_filter"]
+__all__ = ["DOCUMENT_FIELDS", "MAX_IN_VALUES", "TEXT_KEYS", "Filter", "FilterError", "TextUnavailable", "parse_filter"]
 
 _FIELD_OPS = ("$eq", "$ne", "$in", "$nin", "$gt", "$gte", "$lt", "$lte", "$exists")
 _RANGE = ("$gt", "$gte", "$lt", "$lte")
@@ -46,6 +54,11 @@ class FilterError(ConfigError):
     """A filter is malformed; the message says where (``filter.$and[1].year.$gte``) and why."""
 
 
+class TextUnavailable(FilterError):
+    """A segment cannot answer a ``$text`` condition (no stored text, no BM25 part); raised by
+    :mod:`hybridret.index.textmatch`, re-raised here with the filter's field in front."""
+
+
 @dataclass(frozen=True)
 class _Cond:
     path: str
@@ -54,12 +67,25 @@ class _Cond:
 
 
 @dataclass(frozen=True)
+class _Text:
+    """``$text``: each entry is the analysed token sequence of one word or phrase (with where it was given)."""
+
+    phrase: tuple[tuple[tuple[str, ...], str], ...]  # every one must be held
+    all: tuple[tuple[tuple[str, ...], str], ...]
+    any: tuple[tuple[tuple[str, ...], str], ...]  # at least one (when given)
+    none: tuple[tuple[tuple[str, ...], str], ...]  # none of them
+    where: str
+
+
+@dataclass(frozen=True)
 class _Bool:
     op: str  # $and | $or | $not
     children: tuple[Node, ...]
 
 
-Node = Union[_Cond, _Bool]
+Node = Union[_Cond, _Bool, _Text]
+TEXT_KEYS = ("phrase", "all", "any", "none")
+MAX_TEXT_CHARS = 10_000  # one word or phrase of a $text filter
 
 
 def _scalar(value: Any, where: str) -> Any:
@@ -74,7 +100,7 @@ def _scalar(value: Any, where: str) -> Any:
 
 def _parse_field(path: str, spec: Any, where: str) -> list[Node]:
     if not path or path.startswith("$"):
-        raise FilterError(f"{where}: unknown operator {path!r} (expected $and, $or, $not or a field name)")
+        raise FilterError(f"{where}: unknown operator {path!r} (expected $and, $or, $not, $text or a field name)")
     if not isinstance(spec, Mapping) or not any(str(k).startswith("$") for k in spec):
         if isinstance(spec, (list, tuple)):
             raise FilterError(f"{where}: a list needs an operator, e.g. {{{json.dumps(path)}: {{\"$in\": [...]}}}}")
@@ -106,6 +132,46 @@ def _parse_field(path: str, spec: Any, where: str) -> list[Node]:
     return out
 
 
+def _analyzed(value: Any, where: str, analyzer: Any) -> tuple[tuple[str, ...], str]:
+    if not isinstance(value, str) or not value.strip():
+        raise FilterError(f"{where}: expected a non-empty string (a word or a phrase), got {value!r}")
+    if len(value) > MAX_TEXT_CHARS:
+        raise FilterError(f"{where}: {len(value)} characters; a word or phrase has at most {MAX_TEXT_CHARS}")
+    tokens = tuple(analyzer.analyze(value))
+    if not tokens:
+        raise FilterError(f"{where}: {value!r} has no searchable word: the analyzer drops English stop words "
+                          "(the, of, in, ...) and words over 40 characters, so it would match nothing; leave it out "
+                          "or name a content word")
+    return tokens, where
+
+
+def _parse_text(spec: Any, where: str, count: list[int]) -> _Text:
+    if not isinstance(spec, Mapping) or not spec:
+        raise FilterError(f"{where}: expected an object with one or more of {', '.join(TEXT_KEYS)}, e.g. "
+                          '{"$text": {"phrase": "error code 0x80070005"}}')
+    from .index.analysis import bm25_analyzer
+
+    analyzer = bm25_analyzer()
+    parts: dict[str, tuple[tuple[tuple[str, ...], str], ...]] = {key: () for key in TEXT_KEYS}
+    for key, value in spec.items():
+        at = f"{where}.{key}"
+        if key not in TEXT_KEYS:
+            raise FilterError(f"{at}: unknown $text key (expected {', '.join(TEXT_KEYS)})")
+        if key == "phrase" and isinstance(value, str):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not value:
+            want = "a string or a non-empty list of strings" if key == "phrase" else 'a non-empty list of words, e.g. ["a", "b"]'
+            raise FilterError(f"{at}: expected {want}, got {value!r}")
+        if len(value) > MAX_IN_VALUES:
+            raise FilterError(f"{at}: {len(value)} entries; at most {MAX_IN_VALUES}")
+        count[0] += len(value)
+        if count[0] > _MAX_NODES:
+            raise FilterError(f"filter has more than {_MAX_NODES} conditions")
+        parts[key] = tuple(_analyzed(v, f"{at}[{i}]" if len(value) > 1 or key != "phrase" else at, analyzer)
+                           for i, v in enumerate(value))
+    return _Text(parts["phrase"], parts["all"], parts["any"], parts["none"], where)
+
+
 def _parse(spec: Any, where: str, count: list[int], depth: int = 0) -> Node:
     count[0] += 1
     if count[0] > _MAX_NODES:
@@ -127,6 +193,8 @@ def _parse(spec: Any, where: str, count: list[int], depth: int = 0) -> Node:
             nodes.append(_Bool(key, tuple(_parse(v, f"{at}[{i}]", count, depth + 1) for i, v in enumerate(value))))
         elif key == "$not":
             nodes.append(_Bool("$not", (_parse(value, at, count, depth + 1),)))
+        elif key == "$text":
+            nodes.append(_parse_text(value, at, count))
         else:
             nodes.extend(_parse_field(key, value, at))
     return nodes[0] if len(nodes) == 1 else _Bool("$and", tuple(nodes))
@@ -180,10 +248,35 @@ def _cmp(x: Any, op: str, value: Any) -> bool:
     return {"$gt": x > value, "$gte": x >= value, "$lt": x < value, "$lte": x <= value}[op]
 
 
-def _eval(node: Node, cols: MetadataColumns) -> np.ndarray:
+def _text_mask(node: _Text, n: int, text: Any) -> np.ndarray:
+    def held(entry: tuple[tuple[str, ...], str]) -> np.ndarray:
+        try:
+            return text.mask(entry[0])
+        except TextUnavailable as exc:
+            raise FilterError(f"{entry[1]}: {exc}") from None
+
+    if text is None:
+        raise FilterError(f"{node.where}: full-text conditions are checked against a segment's text; "
+                          "this evaluation was given metadata only")
+    out = np.ones(n, dtype=bool)
+    for entry in node.phrase + node.all:
+        out &= held(entry)
+    if node.any:
+        some = np.zeros(n, dtype=bool)
+        for entry in node.any:
+            some |= held(entry)
+        out &= some
+    for entry in node.none:
+        out &= ~held(entry)
+    return out
+
+
+def _eval(node: Node, cols: MetadataColumns, text: Any = None) -> np.ndarray:
     n = cols.n
+    if isinstance(node, _Text):
+        return _text_mask(node, n, text)
     if isinstance(node, _Bool):
-        parts = [_eval(c, cols) for c in node.children]
+        parts = [_eval(c, cols, text) for c in node.children]
         if node.op == "$not":
             return ~parts[0]
         out = parts[0].copy()
@@ -213,6 +306,7 @@ class Filter:
     def __init__(self, spec: Mapping[str, Any]) -> None:
         self.spec = spec
         self.root = _parse(spec, "filter", [0])
+        self._has_text = self._find_text()
 
     def conditions(self) -> Iterator[tuple[str, str]]:
         """Every condition of the filter as ``(field path, operator)``."""
@@ -221,7 +315,7 @@ class Filter:
             node = stack.pop()
             if isinstance(node, _Bool):
                 stack.extend(node.children)
-            else:
+            elif isinstance(node, _Cond):
                 yield node.path, node.op
 
     def check_fields(self, columns: Iterable[MetadataColumns]) -> None:
@@ -240,13 +334,35 @@ class Filter:
         path = sorted(suspect)[0]
         top = path.split(".", 1)[0]
         what = "the document id" if top in ("id", "_id") else f"the document's {top}"
-        hint = ("; to act on given ids pass them by id (delete(ids=[...]), get)" if top in ("id", "_id") else "")
+        hint = ("; to act on given ids pass them by id (delete(ids=[...]), get)" if top in ("id", "_id") else
+                '; to filter on the words of the text use {"$text": {"phrase": ...}} or {"$text": {"all": [...]}}')
         raise FilterError(f"filter.{path}: {top!r} is {what}, not a metadata field; filters match metadata only "
                           f"and no document has a metadata field {path!r}{hint}")
 
-    def mask(self, columns: MetadataColumns) -> np.ndarray:
-        """Boolean mask over the segment's rows: ``True`` where the document matches."""
-        return _eval(self.root, columns)
+    @property
+    def has_text(self) -> bool:
+        """Whether the filter has a ``$text`` condition (so :meth:`mask` needs the segment's text)."""
+        return self._has_text
+
+    def _find_text(self) -> bool:
+        stack: list[Node] = [self.root]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, _Text):
+                return True
+            if isinstance(node, _Bool):
+                stack.extend(node.children)
+        return False
+
+    def mask(self, columns: MetadataColumns, text: Any = None) -> np.ndarray:
+        """Boolean mask over the segment's rows: ``True`` where the document matches. ``text``: the
+        segment's :class:`~hybridret.index.textmatch.TextMatcher` (``segment.text``), needed by
+        ``$text`` conditions."""
+        return _eval(self.root, columns, text)
+
+    def segment_mask(self, segment: Any) -> np.ndarray:
+        """:meth:`mask` of an opened :class:`~hybridret.index.segment.Segment`."""
+        return _eval(self.root, segment.columns, segment.text if self.has_text else None)
 
     def __repr__(self) -> str:
         return f"Filter({json.dumps(self.spec, sort_keys=True)})"

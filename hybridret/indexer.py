@@ -60,7 +60,11 @@ DEFAULT_SETTINGS: dict[str, Any] = {
     "faiss_factory": "auto", "faiss_auto_min_rows": AUTO_MIN_ROWS, "faiss_metric": "ip", "sparse_scheme": "impact",
     "sparse_bits": 6,
     "sparse_max_weight": 5.0, "bm25": True, "store_text": True, "max_segments": 8,
+    "phrase_index": True,  # the "phrases" part ($text phrase filters, index/phrases.py)
 }
+#: built-in parts an existing index gains only when every segment is rewritten (compact): the
+#: manifest lists the parts of every segment, so older segments without them must all go at once
+_ADDED_ON_REWRITE = ("phrases",)
 _BODY_KEYS = ("fusion", "fusion_tuned_on", "source", "chunking")  # carried from commit to commit
 _DOC_KEYS = frozenset({"_id", "id", "title", "text", "contents", "metadata"})
 COMPACT_CHUNK = 4096
@@ -225,6 +229,8 @@ def check_settings(settings: Mapping[str, Any], given: Mapping[str, Any]) -> Non
     factory = settings.get("faiss_factory")
     if not isinstance(factory, str) or not factory.strip():
         raise ConfigError(f"faiss_factory must be 'auto' or a FAISS factory string, got {factory!r}")
+    if not isinstance(settings.get("phrase_index", True), bool):
+        raise ConfigError(f"phrase_index must be true or false, got {settings.get('phrase_index')!r}")
     rows = settings.get("faiss_auto_min_rows")
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
         raise ConfigError(f"faiss_auto_min_rows must be a non-negative integer (segments with fewer vectors are "
@@ -358,11 +364,13 @@ class IndexWriter:
             raise ConfigError(f"no index at {self.root} yet")
         return self._commit(list(self.manifest["segments"]), fields, self._layout())
 
-    def _layout(self, new: bool = False) -> Layout:
+    def _layout(self, new: bool = False, *, rewrite_all: bool = False) -> Layout:
         """The representations and parts every segment written now gets. An existing index keeps its
         representations and the parts retrievers brought; the built-in parts follow the current
-        settings. A new index (``new``) takes the encoder's heads and every registered retriever's
-        own part."""
+        settings, except that a part its manifest does not list yet (``phrases``, for an index
+        written before it existed) comes only with a rewrite of every segment (``rewrite_all``:
+        ``compact``), since the manifest's parts are those of every segment. A new index (``new``)
+        takes the encoder's heads and every registered retriever's own part."""
         from .retrievers import REGISTRY
 
         if not new and self.manifest is not None:
@@ -378,6 +386,10 @@ class IndexWriter:
                     reps[r.needs] = rep_spec(r.needs, reps)
                 own[r.part_name] = PartSpec(r.part_type.format, r.needs)
         parts = builtin_parts(self.settings, reps)
+        if not new and self.manifest is not None and not rewrite_all:
+            for name in _ADDED_ON_REWRITE:
+                if name in parts and name not in self.manifest["parts"]:
+                    del parts[name]
         parts.update({n: spec for n, spec in own.items() if spec.format not in BUILTIN_FORMATS})
         return Layout(reps, parts)
 
@@ -716,7 +728,7 @@ class IndexWriter:
         filt.check_fields(seg.columns for seg in snap.segments)
         out: list[int] = []
         for i, seg in enumerate(snap.segments):
-            mask = filt.mask(seg.columns)
+            mask = filt.segment_mask(seg)
             if snap.live[i] is not None:
                 mask = mask & snap.live[i]
             out.extend((np.flatnonzero(mask) + int(snap.offsets[i])).tolist())
@@ -757,7 +769,7 @@ class IndexWriter:
                 self.manifest.get("settings", {}).get("faiss_factory") != self.settings["faiss_factory"]:
             switched = True
         if migrate or "faiss_factory" in self._given:
-            layout = self._layout()
+            layout = self._layout(rewrite_all=True)
             stale = snap is not None and any(_outdated(seg, layout) for seg in snap.segments)
         if snap is None or (len(snap.segments) <= 1 and snap.num_deleted == 0 and not stale):
             if switched and snap is not None:  # nothing to rewrite, but later segments use the current format
@@ -790,7 +802,7 @@ class IndexWriter:
         if self.settings["bm25"] and not self.settings["store_text"]:
             raise ConfigError(f"{self.root} keeps no document text (store_text=False), which BM25 needs to be "
                               "rebuilt; segments cannot be merged: rebuild the index from the corpus")
-        layout = self._layout()
+        layout = self._layout(rewrite_all=len(chosen) == len(snap.segments))
         if what == "compacted":  # a compaction (and --migrate) stamps new checksums: verify the old ones first
             _verify_before_rewrite(snap, chosen)
         total = sum(snap.segments[i].num_docs - len(snap.deleted[i]) for i in chosen)

@@ -58,7 +58,8 @@ class HybridRetriever:
     planes or weight buckets and take ``sparse_bits`` / ``sparse_max_weight``; results stay exact
     whatever they are, only speed changes), ``bm25`` (index the text for BM25),
     ``store_text`` (keep texts for hit views) and ``max_segments`` (after an add or upsert, the
-    smallest segments are merged while there are more; 0 = never merge automatically).
+    smallest segments are merged while there are more; 0 = never merge automatically) and
+    ``phrase_index`` (the ``phrases`` part that answers ``$text`` phrase filters; see docs/filters.md).
     ``clock``: what "now" is for expiry (a callable returning seconds since the epoch; default
     :func:`time.time`).
 
@@ -72,7 +73,7 @@ class HybridRetriever:
     def __init__(self, encoder: Encoder | None = None, *, faiss_factory: str = "auto", faiss_metric: str = "ip",
                  faiss_auto_min_rows: int = AUTO_MIN_ROWS, sparse_scheme: str = "impact", sparse_bits: int = 6, sparse_max_weight: float = 5.0,
                  bm25: bool = True, store_text: bool = True, max_segments: int = 8, device: str | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, phrase_index: bool = True) -> None:
         prepare_native_libraries()
         self.device = device
         self.clock = check_clock(clock)
@@ -80,7 +81,7 @@ class HybridRetriever:
             "faiss_factory": faiss_factory, "faiss_metric": faiss_metric, "faiss_auto_min_rows": faiss_auto_min_rows,
             "sparse_scheme": sparse_scheme,
             "sparse_bits": sparse_bits, "sparse_max_weight": sparse_max_weight, "bm25": bm25,
-            "store_text": store_text, "max_segments": max_segments,
+            "store_text": store_text, "max_segments": max_segments, "phrase_index": phrase_index,
         }
         self._slot = EncoderSlot(encoder, None, device)
         self._root: Path | None = None

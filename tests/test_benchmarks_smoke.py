@@ -151,3 +151,14 @@ def test_llamaindex_store_script(tiny, tmp_path):
     assert set(rows) == {"hybridret docs", "hybridret chunks", "llamaindex store"}
     assert rows["llamaindex store"]["nodes"] >= rows["hybridret docs"]["nodes"] == 60
     assert all(0 < r["nDCG@10"] <= 1 for r in rows.values())
+
+
+def test_text_filter_script_smoke(tmp_path):
+    """text_filter.py --smoke: every $text engine (the shipped one, the fallback for segments without
+    the phrases part, tantivy for words too) is exact against the brute-force scan on every filter kind."""
+    out_json = tmp_path / "text_filter.json"
+    _run(BENCH / "text_filter.py", "--smoke", "--out", out_json, cwd=tmp_path)
+    data = json.loads(out_json.read_text())
+    assert data["passages"] > 100 and set(data["kinds"]) >= {"word rare", "phrase 2", "phrase 3", "none 1 word"}
+    assert all(all(k["exact"].values()) for k in data["kinds"].values())  # every engine, every filter
+    assert data["build"]["phrases_part_bytes"] > 0 and data["build"]["phrases_part_build_s_median"] > 0

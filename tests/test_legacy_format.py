@@ -72,9 +72,9 @@ def test_format_2_index_accepts_writes_and_migrates(paired_encoder, sample_docs,
     r = HybridRetriever.load(path, encoder=paired_encoder)
     assert [s.layout for s in r.searcher.snapshot.segments] == ["parts"]
     assert _formats(r) == [{"dense": "hybridret-dense-v1", "sparse": "hybridret-impact-v2",
-                            "bm25": "hybridret-bm25-v3"}]
+                            "bm25": "hybridret-bm25-v3", "phrases": "hybridret-phrases-v1"}]  # compact adds the phrases part
     assert sorted(p.name for p in r.searcher.snapshot.segments[0].root.iterdir() if p.is_dir()) == \
-        ["bm25", "dense", "sparse"]
+        ["bm25", "dense", "phrases", "sparse"]
     _assert_expected(r, "format2")  # tombstones were already subtracted from BM25: identical after migration
 
 
@@ -90,7 +90,7 @@ def test_format_1_sparse_part_and_tantivy_bm25_migrate(paired_encoder, tmp_path)
     assert main(["-q", "compact", str(path), "--migrate"]) == 0
     r = HybridRetriever.load(path, encoder=paired_encoder)
     assert _formats(r) == [{"dense": "hybridret-dense-v1", "sparse": "hybridret-impact-v2",
-                            "bm25": "hybridret-bm25-v3"}]
+                            "bm25": "hybridret-bm25-v3", "phrases": "hybridret-phrases-v1"}]
     assert r.manifest["settings"]["sparse_scheme"] == "impact"
     for m, want in before.items():  # independent of segmentation and format: the same exact scores
         got = r.search(QUERIES, k=10, method=m)

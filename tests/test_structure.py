@@ -30,9 +30,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("hybridret._version", "hybridret.errors", "hybridret._runtime", "hybridret.methods",
               "hybridret.types", "hybridret.models")),
     # index/metadata.py is the metadata schema and its columns (numpy + errors): data and filters read it
+    # index/analysis.py is the text analyzer (tantivy only): filters.py analyses $text words with it
     # arrow.py reads Parquet / Arrow rows as documents for data.py's CorpusReader and the writers
     ("data", ("hybridret.data", "hybridret.arrow", "hybridret.filters", "hybridret.eval",
-              "hybridret.runs", "hybridret.irds", "hybridret.index.metadata")),
+              "hybridret.runs", "hybridret.irds", "hybridret.index.metadata", "hybridret.index.analysis")),
     ("encoders", ("hybridret.encoders",)),
     # chunking cuts documents into the rows segments hold (data + index.metadata, the encoder duck-typed)
     ("index", ("hybridret.index", "hybridret.chunking")),

@@ -42,7 +42,8 @@ def add_parser(sub: Any) -> None:
                            "linear fusion of what it has")
     p.add_argument("--filter", default=None, metavar="JSON",
                    help='metadata filter applied before top-k, e.g. \'{"source": "wiki", "year": {"$gte": 2020}}\' '
-                        "(operators: $eq $ne $in $nin $gt $gte $lt $lte $exists $and $or $not)")
+                        "(operators: $eq $ne $in $nin $gt $gte $lt $lte $exists $and $or $not; full text: "
+                        '{"$text": {"phrase": "...", "all": [...], "any": [...], "none": [...]}})')
     p.add_argument("--candidates", type=int, default=None, help="per-retriever depth of fused methods (default: 100)")
     add_read_args(p)
     p.add_argument("--json", action="store_true", help="print JSON")

@@ -12,24 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import IndexFormatError
+from .analysis import BM25_TOKENIZER, bm25_analyzer
 
 __all__ = ["BM25_TOKENIZER", "SparseSearchStats", "bm25_analyzer", "open_tantivy", "run_queries"]
-
-BM25_TOKENIZER = "hybridret_en"
-
-
-def bm25_analyzer() -> Any:
-    import tantivy
-
-    return (
-        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
-        .filter(tantivy.Filter.remove_long(40))
-        .filter(tantivy.Filter.lowercase())
-        .filter(tantivy.Filter.stopword("english"))
-        .filter(tantivy.Filter.stemmer("english"))
-        .build()
-    )
-
 
 @dataclass
 class SparseSearchStats:

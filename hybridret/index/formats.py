@@ -9,6 +9,7 @@
 | ``hybridret-bm25-v3`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts in row windows, :mod:`.bm25_windows`; the default) | ``bm25`` |
 | ``hybridret-bm25-v2`` | text | :class:`~.bm25.BM25Store` (v1 + u8 impacts, :mod:`.bm25_impacts`) | ``bm25`` |
 | ``hybridret-bm25-v1`` | text | :class:`~.bm25.BM25Store` (posting arrays, tantivy's analyzer) | ``bm25`` |
+| ``hybridret-phrases-v1`` | text | :class:`~.phrases.PhraseIndex` (tantivy with positions over analysed tokens; ``$text`` phrases) | ``phrases`` |
 | ``hybridret-sparse-v1`` | sparse | :class:`~.legacy.sparse.SparseIndex` (format 1: bit planes / buckets) | ``sparse`` |
 """
 
@@ -24,7 +25,8 @@ from ..errors import IndexFormatError
 from .parts import PART_TYPES, TEXT, PartSpec, PartType, register_part_type
 from .storage import read_json
 
-__all__ = ["BM25_V1", "BM25_V2", "BM25_V3", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "IMPACT_V2", "LEARNED_V1", "SPARSE_V1", "builtin_parts",
+__all__ = ["BM25_V1", "BM25_V2", "BM25_V3", "BUILTIN_FORMATS", "DENSE_V1", "IMPACT_V1", "IMPACT_V2", "LEARNED_V1", "PHRASES_V1",
+           "SPARSE_V1", "builtin_parts",
            "open_part", "part_type"]
 
 DENSE_V1 = "hybridret-dense-v1"
@@ -35,7 +37,8 @@ BM25_V1 = "hybridret-bm25-v1"
 BM25_V2 = "hybridret-bm25-v2"
 BM25_V3 = "hybridret-bm25-v3"
 SPARSE_V1 = "hybridret-sparse-v1"
-BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, IMPACT_V2, LEARNED_V1, BM25_V1, BM25_V2, BM25_V3, SPARSE_V1})
+PHRASES_V1 = "hybridret-phrases-v1"
+BUILTIN_FORMATS = frozenset({DENSE_V1, IMPACT_V1, IMPACT_V2, LEARNED_V1, BM25_V1, BM25_V2, BM25_V3, SPARSE_V1, PHRASES_V1})
 _HEAP = 256_000_000  # tantivy writer heap of a learned-sparse part
 
 
@@ -117,6 +120,18 @@ def _bm25_open(root: Path, device: str | None) -> Any:
     return BM25Store(root)
 
 
+def _phrases_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
+    from .phrases import PhraseIndexBuilder
+
+    return PhraseIndexBuilder(root)
+
+
+def _phrases_open(root: Path, device: str | None) -> Any:
+    from .phrases import PhraseIndex
+
+    return PhraseIndex(root)
+
+
 def _v1_create(root: Path, dim: int | None, opts: Mapping[str, Any]) -> Any:
     from .legacy.sparse import SparseIndex
 
@@ -147,6 +162,7 @@ for _pt in (PartType(DENSE_V1, "dense", _dense_create, _dense_open, _vector_rows
             PartType(BM25_V1, "text", _bm25_create, _bm25_open),
             PartType(BM25_V3, "text", _bm25_v3_create, _bm25_open),
             PartType(BM25_V2, "text", _bm25_v2_create, _bm25_open),
+            PartType(PHRASES_V1, TEXT, _phrases_create, _phrases_open),
             PartType(SPARSE_V1, "sparse", _v1_create, _v1_open, _forward_rows)):
     register_part_type(_pt, replace=True)
 
@@ -155,7 +171,9 @@ def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, A
     """The parts an index with these settings writes for the encoder's heads: ``dense`` (FAISS
     factory and metric from the settings; ``"auto"``, the default, chooses per segment by size:
     :mod:`.dense_auto`), ``sparse`` (learned terms: 8-bit impacts in row windows by
-    default, :mod:`.impact_windows`; ``sparse_scheme="tfgrid"`` the tantivy tf grid, or a format-1 scheme) and ``bm25`` (when ``settings["bm25"]``)."""
+    default, :mod:`.impact_windows`; ``sparse_scheme="tfgrid"`` the tantivy tf grid, or a format-1 scheme), ``bm25`` (when ``settings["bm25"]``)
+    and ``phrases`` (:mod:`.phrases`, for ``$text`` phrase filters: when ``settings["phrase_index"]``, the default,
+    and the texts are stored, so that merges can rebuild it)."""
     parts: dict[str, PartSpec] = {}
     if "dense" in reps:
         from .dense_auto import AUTO_MIN_ROWS, is_auto
@@ -178,6 +196,8 @@ def builtin_parts(settings: Mapping[str, Any], reps: Mapping[str, Mapping[str, A
                 "max_weight": float(settings.get("sparse_max_weight", 5.0))})
     if settings.get("bm25", True):
         parts["bm25"] = PartSpec(BM25_V3, TEXT)
+    if settings.get("phrase_index", True) and settings.get("store_text", True):
+        parts["phrases"] = PartSpec(PHRASES_V1, TEXT)  # $text phrase filters (merges rebuild it from the texts)
     return parts
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from ..encoders import EncodedBatch
 from ..errors import ConfigError, IndexFormatError
 from .docstore import DocStore, DocStoreWriter
+from ._once import Once
 from .expiry import read_expiry
 from .formats import open_part, part_type
 from .legacy import open_legacy_parts
@@ -243,6 +244,14 @@ class Segment:
             self.keys = np.asarray(load_npy(self.root / "keys.npy", mmap=False))
             if self.keys.shape != (self.num_docs, KEY_BYTES):
                 raise IndexFormatError(f"{self.root}/keys.npy does not match the segment's {self.num_docs} documents")
+        self._text: Once[Any] = Once()
+
+    @property
+    def text(self) -> Any:
+        """The segment's :class:`~.textmatch.TextMatcher` (``$text`` filters), made on first use."""
+        from .textmatch import TextMatcher
+
+        return self._text.get(lambda: TextMatcher(self))
 
     def part(self, name: str) -> Any:
         """The part ``name`` (``None`` when this segment has none)."""

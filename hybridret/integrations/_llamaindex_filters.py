@@ -18,6 +18,8 @@ from llama_index.core.vector_stores.types import (  # noqa: E402
 
 __all__ = ["llamaindex_filters_to_hybridret"]
 
+_TEXT_KEYS = ("text", "content")  # text_match on these keys: the node's text, not a metadata field
+
 _SIMPLE = {FilterOperator.NE: "$ne", FilterOperator.GT: "$gt", FilterOperator.GTE: "$gte",
            FilterOperator.LT: "$lt", FilterOperator.LTE: "$lte", FilterOperator.IN: "$in",
            FilterOperator.NIN: "$nin", FilterOperator.ANY: "$in"}
@@ -34,6 +36,14 @@ def _one(f: MetadataFilter) -> dict[str, Any]:
         if op in (FilterOperator.IN, FilterOperator.NIN, FilterOperator.ANY) and not isinstance(value, list):
             value = [value]
         return {key: {_SIMPLE[op]: value}}
+    if op in (FilterOperator.TEXT_MATCH, getattr(FilterOperator, "TEXT_MATCH_INSENSITIVE", FilterOperator.TEXT_MATCH)):
+        if key in _TEXT_KEYS:  # the node's own text: hybridret's full-text filter (analysed words in a row)
+            if not isinstance(value, str):
+                raise FilterError(f"LlamaIndex filter {op.value!r} on {key!r}: expected a string, got {value!r}")
+            return {"$text": {"phrase": value}}
+        raise FilterError(f"LlamaIndex filter operator {op.value!r} on the metadata field {key!r}: hybridret matches "
+                          f"words in a document's text only; use the key 'text' (MetadataFilter(key='text', "
+                          f"value=..., operator={op.value!r})) or a hybridret filter {{\"$text\": {{\"phrase\": ...}}}}")
     ok = (FilterOperator.EQ, FilterOperator.CONTAINS, FilterOperator.ALL, *_SIMPLE)
     raise FilterError(f"LlamaIndex filter operator {op.value!r} on {key!r} has no hybridret equivalent "
                       f"(supported: {', '.join(o.value for o in ok)})")
@@ -47,7 +57,10 @@ def llamaindex_filters_to_hybridret(filters: MetadataFilters | MetadataFilter | 
     ``{"$not": {"$or": [...]}}``; nested ``MetadataFilters`` nest. Operators: ``==`` and
     ``contains`` -> equality (on a list field hybridret's equality is membership), ``!=``, ``>``,
     ``>=``, ``<``, ``<=``, ``in``, ``nin``, ``any`` (-> ``$in``), ``all`` (-> ``$and`` of equalities).
-    ``text_match``, ``text_match_insensitive`` and ``is_empty`` raise :class:`~hybridret.FilterError`.
+    ``text_match`` / ``text_match_insensitive`` on the key ``"text"`` (or ``"content"``) -> the
+    full-text filter ``{"$text": {"phrase": value}}`` (the value's analysed words, in a row, in the
+    node's text: lowercased and stemmed, so both operators mean the same; not a substring match);
+    on a metadata key they raise :class:`~hybridret.FilterError`, as ``is_empty`` does.
     """
     if filters is None or isinstance(filters, dict):
         return filters or None

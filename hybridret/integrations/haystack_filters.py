@@ -69,8 +69,11 @@ def _field(name: Any, where: str) -> str:
     if name.startswith("meta."):
         return name[len("meta."):]
     if name in _DOCUMENT_FIELDS:
+        hint = ("; Haystack's filters have no full-text operator: to filter on the words of the content pass a "
+                'hybridret filter such as {"$text": {"phrase": "..."}} or {"$text": {"all": [...]}}'
+                if name == "content" else "")
         raise HaystackFilterError(f"{where}: hybridret filters apply to metadata only; {name!r} is a Document "
-                                  "attribute (use 'meta.<key>')")
+                                  f"attribute (use 'meta.<key>'){hint}")
     return name  # legacy filters name metadata keys without "meta."
 
 

@@ -174,7 +174,7 @@ def allowed_mask(snap: Snapshot, i: int, filt: Filter | None) -> np.ndarray | No
     live = snap.live[i]
     if filt is None:
         return live
-    match = filt.mask(snap.segments[i].columns)
+    match = filt.segment_mask(snap.segments[i])
     return match if live is None else (match & live)
 
 

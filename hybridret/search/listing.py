@@ -56,7 +56,7 @@ def matching_rows(snap: Snapshot, filt: Filter | None) -> np.ndarray:
         if filt is None:
             mask = live if live is not None else np.ones(seg.num_docs, dtype=bool)
         else:
-            mask = filt.mask(seg.columns)
+            mask = filt.segment_mask(seg)
             if live is not None:
                 mask = mask & live
         out.append(np.flatnonzero(mask).astype(np.int64) + int(snap.offsets[i]))

@@ -81,6 +81,8 @@ def upgrade_manifest(manifest: dict[str, Any], root: Path | None = None) -> dict
     if shape.get("vocab_size"):
         reps["sparse"] = {"kind": "sparse", "dim": int(shape["vocab_size"])}
     out["representations"] = reps
-    out["parts"] = {name: spec.to_dict() for name, spec in builtin_parts(manifest.get("settings") or {}, reps).items()}
+    # their segments have no phrases part (it came later: a compaction adds it, see IndexWriter._layout)
+    settings = {**(manifest.get("settings") or {}), "phrase_index": False}
+    out["parts"] = {name: spec.to_dict() for name, spec in builtin_parts(settings, reps).items()}
     out.pop("shape", None)
     return out
