@@ -156,6 +156,12 @@ async function search(event) {
   const groupBy = $("group-by").value.trim();
   if (groupBy) body.group_by = groupBy;
   if ($("rerank").checked) body.rerank = true;
+  const diversify = $("diversify").value.trim();
+  if (diversify) {
+    const lam = Number(diversify);
+    if (!(lam >= 0 && lam <= 1)) { showError("diversify must be a number from 0 to 1 (1 = pure relevance)."); return; }
+    body.diversify = lam;
+  }
   const filter = $("filter").value.trim();
   if (filter) {
     try { body.filter = JSON.parse(filter); } catch (e) { showError("The filter is not valid JSON: " + e.message); return; }
