@@ -137,6 +137,11 @@ def test_pages_continue_the_same_mmr_order(kb, method, group):
 @pytest.mark.parametrize("method", ["hybrid", "rrf", "linear", "sparse"])
 def test_lambda_one_is_the_first_stage_and_lower_lambdas_are_less_redundant(kb, method):
     snap = kb.searcher.snapshot
+    for group in ("parent_id", None):  # grouped: the same groups, the same chunks
+        kw = {"group_by": group, "group_size": 2} if group else {}
+        a, b = kb.search(QUERIES, k=5, method=method, **kw), kb.search(QUERIES, k=5, method=method, diversify=1.0, **kw)
+        assert a.ids.tolist() == b.ids.tolist()
+        np.testing.assert_allclose(a.scores, b.scores)
     plain = kb.search(QUERIES, k=8, method=method)
     same = kb.search(QUERIES, k=8, method=method, diversify=1.0)
     assert same.ids.tolist() == plain.ids.tolist()

@@ -570,3 +570,43 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
         assert "filter" in driver.find_element(By.ID, "error").text
     finally:
         driver.quit()
+
+
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
+                                                "chromium-driver)")
+def test_api_docs_page_renders_in_headless_chromium(server):
+    """``/docs`` renders FastAPI's OpenAPI 3.1 offline (Swagger UI 5 from local files): every
+    operation is listed, and there is no "Unable to render this definition"."""
+    from hybridret.serve.docs import swagger_ui_folder
+
+    if swagger_ui_folder() is None:
+        pytest.skip("swagger-ui-py is not installed (it comes with the serve and test extras)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser, driver_path = _chromium()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+    try:
+        driver.get(server.url + "/docs")
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock")
+                                        or "Unable to render" in d.find_element(By.TAG_NAME, "body").text)
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert "Unable to render" not in body and "Errors" not in body.split("\n")[:5]
+        ops = set()
+        for block in driver.find_elements(By.CSS_SELECTOR, ".opblock"):
+            method = block.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text.strip().upper()
+            path = block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
+            ops.add((method, path))
+        want = {("POST", "/search"), ("POST", "/documents"), ("GET", "/documents"), ("DELETE", "/documents"),
+                ("POST", "/purge"), ("POST", "/documents/list"), ("POST", "/compact"), ("GET", "/health"),
+                ("GET", "/info")}
+        assert want <= ops, sorted(want - ops)
+        assert "OAS 3.1" in body or "3.1" in driver.find_element(By.CSS_SELECTOR, ".info").text
+    finally:
+        driver.quit()

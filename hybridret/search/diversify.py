@@ -18,9 +18,13 @@ first stage's order), λ = 0 pure novelty; 0.5-0.9 is the usual range for RAG pr
   of its whole candidate union (per-retriever depth ``candidates``, else the fusion's depth);
   a single retriever, its top :data:`DIVERSIFY_POOL` (at least ``offset + k``).
 * **grouped** (``group_by``): documents are diversified, not chunks. The pool is the first
-  stage's first :data:`DIVERSIFY_POOL` groups (at least ``offset + k``), a group's relevance is
-  its group score and its vector its best chunk's (the chunk that gives the group its score and
-  is shown first); each group keeps its chunks.
+  stage's first :data:`DIVERSIFY_POOL` groups (at least ``offset + k``): a single retriever's exact
+  top groups; a fused method's groups of the fused ranking of its candidate union, deepened as the
+  plain grouped search is (so that the fused scores, which depend on the union, are the plain
+  search's); with a reranker, the groups of the reranked list. A group's relevance is its group
+  score and its vector its best chunk's (the chunk that gives the group its score and is shown
+  first: a mean of its chunks would blur a document's best passage with its weakest); each group
+  keeps its chunks.
 * **pages**: the MMR order is computed over the whole pool and then cut, so ``offset=k`` is the
   continuation of the same order (as long as ``offset + k`` stays within the pool, which then
   does not change with the page).

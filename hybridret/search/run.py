@@ -84,12 +84,14 @@ def _ranked(plan: SearchPlan, source: CandidateSource, q: QueryBatch, depth: int
     return rows, scores, comps, complete
 
 
-def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch, need: int | None = None
-                         ) -> StageResult:
+def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch, need: int | None = None,
+                         keep: int | None = None) -> StageResult:
     """Groups by deepening the first stage until ``need`` (default ``offset + k``) groups are certain
-    (see :mod:`hybridret.search.grouping`); single retrievers then score every member of those groups."""
+    (see :mod:`hybridret.search.grouping`), keeping up to ``keep`` (default ``need``) groups of the
+    final list; single retrievers then score every member of those groups."""
     spec, nq = plan.group, len(q)
     need = plan.offset + plan.k if need is None else need
+    keep = max(need, keep or need)
     assert spec is not None
     cap = max(source.size, 1)
     depth = start_depth(need, cap) if plan.single is not None else min(max(plan.depth, start_depth(need, cap)), cap)
@@ -103,7 +105,7 @@ def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatc
         stats = source.statistics(batch, plan.stats) if plan.stats else {}
         rows, scores, comps, complete = _ranked(plan, source, batch, depth, stats)
         keys = source.group_keys(rows, spec.field)
-        found = first_groups(rows, scores, keys, need)
+        found = first_groups(rows, scores, keys, keep)
         left = []
         for a, i in enumerate(run.tolist()):
             if got[i] is not None:
@@ -197,8 +199,10 @@ def _diversified(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> St
             keys = source.group_keys(rows, spec.field)
             rows, scores, comps, gkeys, gscores = best_of_groups(first_groups(rows, scores, keys, pool), rows, scores,
                                                                  comps, keys, spec.size, resort=False)
-    elif spec is not None:
-        rows, scores, comps, gkeys, gscores = _grouped_first_stage(plan, source, q, pool)  # type: ignore[misc]
+    elif spec is not None:  # a fused method's scores depend on its depth: deepened as the plain search is
+        rows, scores, comps, gkeys, gscores = (  # type: ignore[misc]
+            _grouped_first_stage(plan, source, q, pool) if plan.single is not None
+            else _grouped_first_stage(plan, source, q, need, keep=pool))
     else:
         stats = source.statistics(q, plan.stats) if plan.stats else {}
         depth = min(pool, max(source.size, 1)) if plan.single is not None else plan.depth
