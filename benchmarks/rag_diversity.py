@@ -123,7 +123,7 @@ def measure(r: HybridRetriever, queries: dict[str, str], qrels: dict[str, dict[s
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--collections", nargs="+", default=["adi", "medline"], help="names under ../shared/data")
+    p.add_argument("--collections", nargs="*", default=["adi", "medline"], help="names under ../shared/data")
     p.add_argument("--beir", nargs="*", default=[], type=Path, help="other BEIR folders")
     p.add_argument("--chunk-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)

@@ -151,3 +151,13 @@ def test_llamaindex_store_script(tiny, tmp_path):
     assert set(rows) == {"hybridret docs", "hybridret chunks", "llamaindex store"}
     assert rows["llamaindex store"]["nodes"] >= rows["hybridret docs"]["nodes"] == 60
     assert all(0 < r["nDCG@10"] <= 1 for r in rows.values())
+
+
+def test_rag_diversity_script(tiny, tmp_path):
+    out = tmp_path / "results" / "rag-diversity.json"
+    text = _run(BENCH / "rag_diversity.py", "--collections", "--beir", tiny / "tiny-beir", "--smoke", "--index-root",
+                tmp_path / "indexes", "--out", out, cwd=tmp_path)
+    assert "mean_cos" in text and "distinct_docs" in text
+    rows = json.loads(out.read_text())["collections"]["tiny-beir"]["rows"]
+    assert {(r["mode"], r["lambda"]) for r in rows} == {(m, lam) for m in ("chunks", "documents")
+                                                         for lam in (1.0, 0.9, 0.7, 0.5)}
