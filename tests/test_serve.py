@@ -9,6 +9,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -553,6 +554,9 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
         expansion = [c.text for c in hits[0].find_elements(By.CSS_SELECTOR, ".exp .chip")]
         text = hits[0].find_element(By.CSS_SELECTOR, ".snippet").text.lower()
         assert expansion and all(e.lower() not in text.split() for e in expansion)
+        shares = [int(re.search(r"\((\d+)% of the sparse score", c.get_attribute("title")).group(1))
+                  for c in hits[0].find_elements(By.CSS_SELECTOR, ".exp .chip")]
+        assert shares == sorted(shares, reverse=True) and min(shares) >= 5  # by contribution, over the floor
         bars = hits[0].find_elements(By.CSS_SELECTOR, ".bar-row .name")
         assert [b.text for b in bars][:4] == ["fused", "dense", "sparse", "bm25"]
         assert "part: a" in hits[0].find_element(By.CSS_SELECTOR, ".meta").text

@@ -221,6 +221,8 @@ class MatchedTermOut(BaseModel):
     doc_weight: float
     contribution: float
     expansion: bool = Field(description="the term is absent from the document's text (a SPLADE expansion)")
+    share: float = Field(0.0, description="contribution / the hit's learned-sparse score (the sum of every matched "
+                                          "term's contribution); the page shows expansion terms of share >= 0.05")
 
 
 class SnippetOut(BaseModel):
