@@ -567,6 +567,16 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
             else tmp_path_factory.mktemp("screenshot") / "search-page.png"
         out.parent.mkdir(parents=True, exist_ok=True)
         assert driver.save_screenshot(str(out))
+        # the diversify control: the page shows the API's diversified hits for the same request
+        question = "Why does a star like the Sun swell into a red giant?"
+        want = [h["id"] for h in httpx.post(server.url + "/search", timeout=60, json={
+            "query": question, "k": 4, "method": "hybrid", "diversify": 0.3}).json()["results"][0]["hits"]]
+        lam = driver.find_element(By.ID, "diversify")
+        lam.send_keys("0.3")
+        driver.find_element(By.ID, "go").click()
+        WebDriverWait(driver, 30).until(lambda d: [h.get_attribute("data-id") for h in
+                                                   d.find_elements(By.CSS_SELECTOR, "#results .hit")] == want)
+        lam.clear()
         # a bad filter is reported on the page, not as a broken page
         driver.find_element(By.ID, "filter").send_keys('{"n": {"$in": 3}}')
         driver.find_element(By.ID, "go").click()

@@ -195,7 +195,11 @@ class ShardedSource(CandidateSource):
         return got.tolist()
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
-        return self._vectors(np.asarray(rows, dtype=np.int64))
+        rows = np.asarray(rows, dtype=np.int64)
+        if not (rows >= 0).any():  # nothing to ask the shards for
+            dim = int(next(i["representations"]["dense"]["dim"] for i in self.infos))
+            return np.zeros((*rows.shape, dim), dtype=np.float32)
+        return self._vectors(rows)
 
     def _vectors(self, keys: np.ndarray) -> np.ndarray:
         """The stored dense vectors of global ``keys`` ``(nq, m)`` from their owning shards (zeros at ``-1``)."""
