@@ -297,7 +297,8 @@ class Client:
         ``group_size`` as in the library (grouped: ``hits.groups(i)``, arrays ``(nq, k * group_size)``);
         ``rerank=True`` reranks with the cross-encoder the server was started with
         (``hybridret serve --rerank DIR``), ``rerank_depth`` hits deep; ``relevance=True``: each hit's
-        calibrated relevance in [0, 1] (``hits.relevance``, ``Hit.relevance``), computed by the server.
+        calibrated relevance in [0, 1] (``hits.relevance``, ``Hit.relevance``), computed by the server;
+        ``diversify=λ``: the hits in MMR order (:mod:`hybridret.search.diversify`), computed by the server.
         ``threads`` is the server's setting, not a request's."""
         from .search.request import SearchRequest
 

@@ -515,7 +515,8 @@ class HybridRetriever:
         """See :meth:`Searcher.search`: ``search(queries, k=10, **options)`` with the options of a
         :class:`~hybridret.search.request.SearchRequest` (``threads``: this call's thread budget,
         ``None``: every core; ``offset``, ``group_by`` / ``group_size``, ``rerank`` / ``rerank_depth``:
-        pages, groups, reranking; ``relevance=True``: each hit's calibrated relevance in [0, 1])."""
+        pages, groups, reranking; ``relevance=True``: each hit's calibrated relevance in [0, 1];
+        ``diversify=λ``: MMR order, fewer near-duplicate hits)."""
         if self._searcher is None:
             raise ConfigError("the retriever has no index yet: call index() or load()")
         return self._searcher.search(queries, k, **options)

@@ -93,9 +93,11 @@ class Hit:
             out["text"] = self.text
         out["metadata"] = dict(self.metadata)
         if self.matched_terms:
+            total = sum(m.contribution for m in self.matched_terms)  # the hit's learned-sparse score
             out["matched_terms"] = [
                 {"term": m.term, "query_weight": m.query_weight, "doc_weight": m.doc_weight,
-                 "contribution": m.contribution, "expansion": m.expansion}
+                 "contribution": m.contribution, "expansion": m.expansion,
+                 "share": m.contribution / total if total > 0 else 0.0}
                 for m in self.matched_terms
             ]
         if self.snippets:

@@ -162,3 +162,13 @@ def test_text_filter_script_smoke(tmp_path):
     assert data["passages"] > 100 and set(data["kinds"]) >= {"word rare", "phrase 2", "phrase 3", "none 1 word"}
     assert all(all(k["exact"].values()) for k in data["kinds"].values())  # every engine, every filter
     assert data["build"]["phrases_part_bytes"] > 0 and data["build"]["phrases_part_build_s_median"] > 0
+
+
+def test_rag_diversity_script(tiny, tmp_path):
+    out = tmp_path / "results" / "rag-diversity.json"
+    text = _run(BENCH / "rag_diversity.py", "--collections", "--beir", tiny / "tiny-beir", "--smoke", "--index-root",
+                tmp_path / "indexes", "--out", out, cwd=tmp_path)
+    assert "mean_cos" in text and "distinct_docs" in text
+    rows = json.loads(out.read_text())["collections"]["tiny-beir"]["rows"]
+    assert {(r["mode"], r["lambda"]) for r in rows} == {(m, lam) for m in ("chunks", "documents")
+                                                         for lam in (1.0, 0.9, 0.7, 0.5)}

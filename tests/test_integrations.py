@@ -472,3 +472,32 @@ def test_adapters_group_chunks_by_their_document(searcher):
         HybridRetHaystackRetriever(searcher, group_size=2)
     with pytest.raises(ValueError, match="group_by"):  # pydantic wraps the ConfigError
         HybridRetLangChainRetriever(searcher=searcher, group_by="")
+
+
+def test_adapters_diversify(searcher, index_dir):
+    """diversify=λ (MMR): each framework gets the library's diversified hits, grouped or not; a bad λ
+    fails at construction; Haystack keeps it through to_dict / from_dict."""
+    from hybridret.integrations.haystack import HybridRetHaystackRetriever
+    from hybridret.integrations.langchain import HybridRetLangChainRetriever
+    from hybridret.integrations.llamaindex import HybridRetLlamaIndexRetriever
+
+    q = QUERIES[0]
+    want = searcher.search(q, k=5, diversify=0.5).ids[0].tolist()
+    assert want != searcher.search(q, k=5).ids[0].tolist()
+    assert [d.id for d in HybridRetLangChainRetriever(searcher=searcher, k=5, diversify=0.5).invoke(q)] == want
+    nodes = HybridRetLlamaIndexRetriever(searcher, similarity_top_k=5, diversify=0.5).retrieve(q)
+    assert [n.node.node_id for n in nodes] == want
+    hay = HybridRetHaystackRetriever(searcher, top_k=5, diversify=0.5)
+    assert [d.id for d in hay.run(q)["documents"]] == want
+    assert [d.id for d in HybridRetHaystackRetriever.from_dict(hay.to_dict()).run(q)["documents"]] == want
+    grouped = searcher.search(q, k=3, method="sparse", group_by="lang", group_size=2, diversify=0.5)
+    docs = HybridRetLangChainRetriever(searcher=searcher, k=3, method="sparse", group_by="lang", group_size=2,
+                                       diversify=0.5).invoke(q)
+    assert [d.id for d in docs] == [h.id for h in grouped[0]]
+    for bad in (1.5, "x"):
+        with pytest.raises(ConfigError, match="diversify must be"):
+            HybridRetLlamaIndexRetriever(searcher, diversify=bad)
+        with pytest.raises(ConfigError, match="diversify must be"):
+            HybridRetHaystackRetriever(searcher, diversify=bad)
+        with pytest.raises(ValueError, match="diversify must be"):
+            HybridRetLangChainRetriever(searcher=searcher, diversify=bad)

@@ -134,3 +134,36 @@ def test_cli_groups_pages_and_snippets(served, capsys):
                  "-k", "3"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert [h["scores"]["rerank"] for h in hits] == sorted((h["scores"]["rerank"] for h in hits), reverse=True)
+
+
+def test_diversify_through_the_api_the_client_the_cli_and_an_adapter(served, capsys):
+    """MMR (``diversify``) through every front door equals the library's answer on the same index."""
+    url, retriever, path = served[:3]
+    local = retriever.search(QUERIES, k=4, diversify=0.5)
+    grouped = retriever.search(QUERIES, k=3, diversify=0.5, group_by="parent_id", group_size=2)
+    assert local.ids.tolist() != retriever.search(QUERIES, k=4).ids.tolist()  # it does reorder here
+    data = httpx.post(f"{url}/search", json={"queries": QUERIES, "k": 4, "diversify": 0.5}, timeout=60).json()
+    assert [[h["id"] for h in r["hits"]] for r in data["results"]] == local.ids.tolist()
+    data = httpx.post(f"{url}/search", json={"queries": QUERIES, "k": 3, "diversify": 0.5, "group_by": "parent_id",
+                                             "group_size": 2}, timeout=60).json()
+    assert [[g["key"] for g in r["groups"]] for r in data["results"]] == grouped.group_keys.tolist()
+    for bad in (1.5, "0.5", True):
+        resp = httpx.post(f"{url}/search", json={"query": "x", "diversify": bad}, timeout=60)
+        assert resp.status_code in (400, 422) and "diversify" in resp.text
+    with Client(url, timeout=60) as client:
+        assert client.search(QUERIES, k=4, diversify=0.5).ids.tolist() == local.ids.tolist()
+        pages = [client.search(QUERIES, k=2, diversify=0.5, offset=o) for o in (0, 2)]
+        assert np.concatenate([p.ids for p in pages], axis=1).tolist() == local.ids.tolist()
+        with pytest.raises(ConfigError, match="diversify must be"):
+            client.search("x", diversify=2)
+    assert main(["-q", "search", str(path), QUERIES[0], "-k", "4", "--diversify", "0.5", "--json"]) == 0
+    assert [h["id"] for h in json.loads(capsys.readouterr().out)["hits"]] == local.ids[0].tolist()
+    assert main(["-q", "search", str(path), QUERIES[0], "--diversify", "7"]) == 1
+    err = capsys.readouterr().err
+    assert "diversify must be from 0 to 1" in err and "Traceback" not in err
+    lc = pytest.importorskip("hybridret.integrations.langchain")
+    with Client(url, timeout=60) as client:
+        docs = lc.HybridRetLangChainRetriever(searcher=client, k=4, diversify=0.5).invoke(QUERIES[1])
+    assert [d.metadata["id"] for d in docs] == local.ids[1].tolist()
+    with pytest.raises(Exception, match="diversify must be"):
+        lc.HybridRetLangChainRetriever(searcher=retriever, diversify=-1)

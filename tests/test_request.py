@@ -35,6 +35,7 @@ BAD = [
     ({"group_by": "$x"}, "group_by must be a metadata field name"),
     ({"rerank_depth": 5}, "rerank_depth needs rerank"),
     ({"relevance": "yes"}, "relevance must be true or false"),
+    ({"diversify": 1.5}, "diversify must be from 0 to 1"),
 ]
 
 
@@ -46,10 +47,10 @@ def test_each_bad_argument_is_a_config_error_naming_it(bad, message):
 
 
 def test_an_unknown_option_names_the_options():
-    with pytest.raises(ConfigError, match="unknown search option 'methd'; the options are candidates, filter"):
+    with pytest.raises(ConfigError, match="unknown search option 'methd'; the options are candidates, .*filter"):
         SearchRequest.of("q", 3, methd="rrf")
     assert OPTIONS == {"method", "filter", "fusion", "candidates", "threads", "offset", "group_by", "group_size",
-                       "rerank", "rerank_depth", "relevance"}
+                       "rerank", "rerank_depth", "relevance", "diversify"}
 
 
 def test_values_are_kept_in_one_form():

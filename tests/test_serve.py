@@ -9,6 +9,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -553,6 +554,9 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
         expansion = [c.text for c in hits[0].find_elements(By.CSS_SELECTOR, ".exp .chip")]
         text = hits[0].find_element(By.CSS_SELECTOR, ".snippet").text.lower()
         assert expansion and all(e.lower() not in text.split() for e in expansion)
+        shares = [int(re.search(r"\((\d+)% of the sparse score", c.get_attribute("title")).group(1))
+                  for c in hits[0].find_elements(By.CSS_SELECTOR, ".exp .chip")]
+        assert shares == sorted(shares, reverse=True) and min(shares) >= 5  # by contribution, over the floor
         bars = hits[0].find_elements(By.CSS_SELECTOR, ".bar-row .name")
         assert [b.text for b in bars][:4] == ["fused", "dense", "sparse", "bm25"]
         assert "part: a" in hits[0].find_element(By.CSS_SELECTOR, ".meta").text
@@ -563,10 +567,60 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
             else tmp_path_factory.mktemp("screenshot") / "search-page.png"
         out.parent.mkdir(parents=True, exist_ok=True)
         assert driver.save_screenshot(str(out))
+        # the diversify control: the page shows the API's diversified hits for the same request
+        question = "Why does a star like the Sun swell into a red giant?"
+        want = [h["id"] for h in httpx.post(server.url + "/search", timeout=60, json={
+            "query": question, "k": 4, "method": "hybrid", "diversify": 0.3}).json()["results"][0]["hits"]]
+        lam = driver.find_element(By.ID, "diversify")
+        lam.send_keys("0.3")
+        driver.find_element(By.ID, "go").click()
+        WebDriverWait(driver, 30).until(lambda d: [h.get_attribute("data-id") for h in
+                                                   d.find_elements(By.CSS_SELECTOR, "#results .hit")] == want)
+        lam.clear()
         # a bad filter is reported on the page, not as a broken page
         driver.find_element(By.ID, "filter").send_keys('{"n": {"$in": 3}}')
         driver.find_element(By.ID, "go").click()
         WebDriverWait(driver, 20).until(lambda d: d.find_element(By.ID, "error").is_displayed())
         assert "filter" in driver.find_element(By.ID, "error").text
+    finally:
+        driver.quit()
+
+
+@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
+                                                "chromium-driver)")
+def test_api_docs_page_renders_in_headless_chromium(server):
+    """``/docs`` renders FastAPI's OpenAPI 3.1 offline (Swagger UI 5 from local files): every
+    operation is listed, and there is no "Unable to render this definition"."""
+    from hybridret.serve.docs import swagger_ui_folder
+
+    if swagger_ui_folder() is None:
+        pytest.skip("swagger-ui-py is not installed (it comes with the serve and test extras)")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser, driver_path = _chromium()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = browser
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1000"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+    try:
+        driver.get(server.url + "/docs")
+        WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock")
+                                        or "Unable to render" in d.find_element(By.TAG_NAME, "body").text)
+        body = driver.find_element(By.TAG_NAME, "body").text
+        assert "Unable to render" not in body and "Errors" not in body.split("\n")[:5]
+        ops = set()
+        for block in driver.find_elements(By.CSS_SELECTOR, ".opblock"):
+            method = block.find_element(By.CSS_SELECTOR, ".opblock-summary-method").text.strip().upper()
+            path = block.find_element(By.CSS_SELECTOR, ".opblock-summary-path").get_attribute("data-path")
+            ops.add((method, path))
+        want = {("POST", "/search"), ("POST", "/documents"), ("GET", "/documents"), ("DELETE", "/documents"),
+                ("POST", "/purge"), ("POST", "/documents/list"), ("POST", "/compact"), ("GET", "/health"),
+                ("GET", "/info")}
+        assert want <= ops, sorted(want - ops)
+        assert "OAS 3.1" in body or "3.1" in driver.find_element(By.CSS_SELECTOR, ".info").text
     finally:
         driver.quit()

@@ -73,7 +73,7 @@ def test_docs_page_needs_no_network(index, start_server):
     from hybridret.serve.docs import swagger_ui_folder
 
     if swagger_ui_folder() is None:
-        pytest.skip("swagger-ui-bundle is not installed (it comes with the serve and test extras)")
+        pytest.skip("swagger-ui-py is not installed (it comes with the serve and test extras)")
     _, url = start_server(index)
     with httpx.Client(base_url=url, timeout=60) as http:
         page = http.get("/docs")

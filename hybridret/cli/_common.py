@@ -279,7 +279,11 @@ class NamingPath:
 
 # -- printing --------------------------------------------------------------------------------------
 def print_hits(hits: SearchResults, i: int, *, width: int = 100) -> None:
-    """Query ``i``'s hits as text: rank, id, score and each retriever's, the passage, matched terms."""
+    """Query ``i``'s hits as text: rank, id, score and each retriever's, the passage, matched terms
+    (by contribution; expansion terms under :data:`~hybridret.search.snippets.EXPANSION_FLOOR` of
+    the hit's learned-sparse score are counted, not listed)."""
+    from ..search.snippets import EXPANSION_FLOOR, shown_expansions
+
     print(f"\nquery: {hits.queries[i]}   [{hits.method}]")
     answer = getattr(hits, "answerability", None)
     if answer is not None and answer[i] == answer[i]:  # searched with relevance: the query's answerability
@@ -307,9 +311,15 @@ def print_hits(hits: SearchResults, i: int, *, width: int = 100) -> None:
         else:
             body = f"{hit.title}: {hit.text}" if hit.title else hit.text
             print(textwrap.indent(textwrap.shorten(body, width=width, placeholder=" ..."), "     "))
-        if hit.matched_terms:
-            terms = ", ".join(f"{m.term}{'*' if m.expansion else ''} {m.contribution:.2f}"
-                              for m in hit.matched_terms[:10])
+        if hit.matched_terms:  # by contribution; expansion terms under the floor counted, not listed
+            shown, minor = shown_expansions(hit.matched_terms)
+            keep = {id(m) for m in shown}
+            listed = [m for m in hit.matched_terms if not m.expansion or id(m) in keep]
+            listed.sort(key=lambda m: -m.contribution)
+            terms = ", ".join(f"{m.term}{'*' if m.expansion else ''} {m.contribution:.2f}" for m in listed[:10])
+            if minor:
+                terms += (f"{'; ' if terms else ''}+{len(minor)} expansion term{'s' if len(minor) > 1 else ''} under "
+                          f"{EXPANSION_FLOOR:.0%} of the sparse score")
             print(f"     matched: {terms}")
     if any(m.expansion for hit in view for m in hit.matched_terms):
         print("     (* = expansion term: matched through the sparse model, absent from the document text)")

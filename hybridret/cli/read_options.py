@@ -1,4 +1,4 @@
-"""The read options of ``hybridret search`` (pages, grouping, reranking, relevance) and the JSON of a result."""
+"""The read options of ``hybridret search`` (pages, grouping, reranking, relevance, diversity) and the JSON of a result."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ def add_read_args(p: argparse.ArgumentParser) -> None:
                         "(e.g. cross-encoder/ms-marco-MiniLM-L6-v2 downloaded there; safetensors weights only)")
     p.add_argument("--rerank-depth", type=int, default=None, metavar="N",
                    help="with --rerank: first-stage hits the cross-encoder scores (default: 50)")
+    p.add_argument("--diversify", type=float, default=None, metavar="LAMBDA",
+                   help="reorder the hits by maximal marginal relevance with this lambda in [0, 1] (1: pure "
+                        "relevance; 0.5-0.9: fewer near-duplicate hits; with --group-by: fewer alike documents); "
+                        "compares the candidates' stored dense vectors")
     p.add_argument("--relevance", action="store_true",
                    help="also each hit's calibrated relevance in [0, 1], a probability a fixed threshold can cut "
                         "(docs/relevance.md); in --json as \"relevance\"")
@@ -45,4 +49,6 @@ def read_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         out["rerank"], out["rerank_depth"] = args.rerank, args.rerank_depth
     if getattr(args, "relevance", False):
         out["relevance"] = True
+    if getattr(args, "diversify", None) is not None:
+        out["diversify"] = args.diversify
     return out

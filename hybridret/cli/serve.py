@@ -109,11 +109,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _rerank_folder(path: str | None) -> str | None:
-    """``--rerank DIR``, checked before the server starts (the model loads on the first request)."""
+    """``--rerank DIR``, checked before the server starts (the model loads on the first request):
+    a cross-encoder folder, and torch installed to run it."""
     if path is None:
         return None
     from pathlib import Path
 
+    from ..encoders.backends import require_torch
+
     if not (Path(path) / "config.json").is_file() or not (Path(path) / "model.safetensors").is_file():
         raise HybridRetError(f"--rerank {path}: not a cross-encoder folder with config.json and model.safetensors")
+    require_torch(f"--rerank {path} (the cross-encoder reranker)",
+                  'Start the server without --rerank (requests then cannot ask for "rerank": true).')
     return str(Path(path).resolve())

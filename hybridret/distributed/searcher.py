@@ -183,8 +183,9 @@ class ShardedSearcher:
     def search(self, queries: str | Sequence[str] | SearchRequest, k: int | None = None, *, partial: bool = False,
                **options: Any) -> Hits:
         """As :meth:`hybridret.search.searcher.Searcher.search` (the options of a
-        :class:`~hybridret.search.request.SearchRequest`), over every shard (``offset``, grouping and
-        reranking included: the same plan and stages). A shard that cannot answer raises
+        :class:`~hybridret.search.request.SearchRequest`), over every shard (``offset``, grouping,
+        reranking and ``diversify`` included: the same plan and stages; MMR reads the candidates' dense
+        vectors from their owning shards). A shard that cannot answer raises
         :class:`ShardUnavailableError` naming it; with ``partial=True`` the others' results are
         returned and ``hits.missing_shards`` names the missing ones (always set). ``relevance=True``
         and ``threads`` are not supported here (a :class:`ConfigError`): search a single index for the

@@ -28,7 +28,7 @@ from ..fusion.config import FUSION_CHUNK, fusion_method
 from ..fusion.scores import Candidates
 from ..retrievers import REGISTRY, QueryBatch
 from ..search.plan import SearchPlan
-from ..search.source import CandidateSource
+from ..search.source import NO_DENSE, CandidateSource
 from .merge import global_union, key_of, lookup, merge_lists, shard_list, split_key
 from .shard import ShardUnavailableError
 
@@ -64,6 +64,8 @@ class ShardedSource(CandidateSource):
             if not REGISTRY[name].shardable:
                 raise ConfigError(f"{name} is not available on a sharded index: one round of summed collection "
                                   "statistics cannot make it equal to a single index")
+        if plan.diversify is not None and any("dense" not in (i["representations"] or {}) for i in self.infos):
+            raise ConfigError(NO_DENSE)
         cfg = plan.fusion
         if cfg is None:
             return
@@ -191,6 +193,13 @@ class ShardedSource(CandidateSource):
     def texts(self, rows: np.ndarray) -> list[list[str]]:
         got = self._per_owner("texts", rows, fill="", dtype=object)
         return got.tolist()
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if not (rows >= 0).any():  # nothing to ask the shards for
+            dim = int(next(i["representations"]["dense"]["dim"] for i in self.infos))
+            return np.zeros((*rows.shape, dim), dtype=np.float32)
+        return self._vectors(rows)
 
     def _vectors(self, keys: np.ndarray) -> np.ndarray:
         """The stored dense vectors of global ``keys`` ``(nq, m)`` from their owning shards (zeros at ``-1``)."""

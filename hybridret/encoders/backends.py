@@ -92,13 +92,14 @@ def require_onnx(what: str) -> None:
                                      "(no torch needed). The default models also run on backend='numpy'.")
 
 
-def require_torch(what: str) -> None:
-    """Raise :class:`MissingDependencyError` naming the extra when torch/transformers are missing."""
+def require_torch(what: str, instead: str = "The default models run without them on backend='numpy'.") -> None:
+    """Raise :class:`MissingDependencyError` naming the extra when torch/transformers are missing
+    (``instead``: the sentence that says what works without them)."""
     if not torch_installed():
         raise MissingDependencyError(
             f"{what} needs torch and transformers, which are not installed: {TORCH_INSTALL} (install the CPU "
             "build of torch first to avoid a multi-GB CUDA download, e.g. pip install torch --index-url "
-            "https://download.pytorch.org/whl/cpu). The default models run without them on backend='numpy'.")
+            f"https://download.pytorch.org/whl/cpu). {instead}")
 
 
 def check_backend(backend: str, device: str | None = None) -> str:

@@ -52,7 +52,7 @@ def as_backend(obj: SearchBackend | str | Path, *, writable: bool = False) -> Se
 def hits_per_query(backend: SearchBackend, queries: list[str], k: int, method: str, filter: Any, *,
                    details: bool = True, **options: Any) -> list[list[Hit]]:
     """One batched search; the hits of each query as :class:`~hybridret.Hit` lists. ``options``
-    (``group_by``, ``group_size``, ``fusion``) go to the search only when set (any backend takes the
+    (``group_by``, ``group_size``, ``fusion``, ``diversify``) go to the search only when set (any backend takes the
     rest). ``details=False``: hits without matched terms and snippets where the results can leave
     them out (:meth:`Hits.plain <hybridret.types.Hits.plain>`; a Client's come with them)."""
     if isinstance(filter, dict) and not filter:
@@ -69,6 +69,13 @@ def grouping(group_by: Any, group_size: Any) -> dict[str, Any]:
 
     check_group(group_by, group_size)
     return {"group_by": group_by, "group_size": group_size}
+
+
+def diversity(diversify: Any) -> float | None:
+    """An adapter's ``diversify`` (MMR's λ in [0, 1], :mod:`hybridret.search.diversify`), checked now."""
+    from ..search.diversify import check_diversify
+
+    return check_diversify(diversify)
 
 
 def group_fields(hits: list[Hit]) -> list[dict[str, Any]]:

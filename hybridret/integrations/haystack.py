@@ -31,6 +31,7 @@ from ..errors import ConfigError
 from ..types import Hit, SearchBackend
 from ._common import (
     as_backend,
+    diversity,
     finite_scores,
     group_fields,
     grouping,
@@ -76,13 +77,15 @@ class HybridRetHaystackRetriever:
     (``REPLACE``: runtime filters replace the init filters; ``MERGE``: both apply) as in Haystack's
     own retrievers. Serialises (``to_dict``) to the index path or the server url (with a store: the
     store's own ``to_dict``). ``group_by`` / ``group_size``: the chunks of the top documents (see the
-    module docstring).
+    module docstring). ``diversify`` (MMR's λ in [0, 1]): the hits in maximal-marginal-relevance order,
+    fewer near-duplicates (:mod:`hybridret.search.diversify`).
     """
 
     def __init__(self, searcher: SearchBackend | str | Path | None = None, *, top_k: int = 10,
                  method: str = "hybrid", filters: dict[str, Any] | None = None,
                  filter_policy: FilterPolicy | str = FilterPolicy.REPLACE, group_by: str | None = None,
-                 group_size: int | None = None, document_store: Any = None) -> None:
+                 group_size: int | None = None, document_store: Any = None, diversify: float | None = None
+                 ) -> None:
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
             raise ValueError(f"top_k must be a positive integer, got {top_k!r}")
         if _is_store(searcher) and document_store is None:
@@ -103,13 +106,14 @@ class HybridRetHaystackRetriever:
                               else FilterPolicy.from_str(filter_policy))
         grouping(group_by, group_size)
         self.group_by, self.group_size = group_by, group_size
+        self.diversify = diversity(diversify)
 
     def to_dict(self) -> dict[str, Any]:
         where: dict[str, Any] = ({"document_store": self.document_store.to_dict()} if self.document_store is not None
                                  else {"searcher": location_of(self.searcher)})
         return default_to_dict(self, **where, top_k=self.top_k, method=self.method, filters=self.filters,
                                filter_policy=self.filter_policy.value, group_by=self.group_by,
-                               group_size=self.group_size)
+                               group_size=self.group_size, diversify=self.diversify)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HybridRetHaystackRetriever:
@@ -139,7 +143,7 @@ class HybridRetHaystackRetriever:
         if self.document_store is not None and self.document_store._unbuilt():
             return {"documents": []}  # nothing written to the store yet
         hits = hits_per_query(self.searcher, [query], k, self.method, flt,
-                              group_by=self.group_by, group_size=self.group_size)[0]
+                              group_by=self.group_by, group_size=self.group_size, diversify=self.diversify)[0]
         store = self.document_store
         convert = hit_to_document if store is None else store.hit_to_document
         return {"documents": [convert(h, g) for h, g in zip(hits, group_fields(hits))]}

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ConfigError
 from ..types import Hit, SearchBackend
-from ._common import as_backend, finite_scores, group_fields, grouping, hits_per_query, require
+from ._common import as_backend, diversity, finite_scores, group_fields, grouping, hits_per_query, require
 
 require("langchain_core", "langchain", "LangChain")
 
@@ -81,7 +81,9 @@ class HybridRetLangChainRetriever(BaseRetriever):
     thread executor (hybridret searches release the GIL in FAISS and tantivy). ``group_by`` /
     ``group_size``: return the chunks of the top ``k`` documents (see the module docstring).
     ``score_threshold`` (in [0, 1]): search with relevance and return only the hits whose calibrated
-    relevance is at least that (``metadata["relevance"]``; docs/relevance.md).
+    relevance is at least that (``metadata["relevance"]``; docs/relevance.md). ``diversify`` (MMR's λ
+    in [0, 1]): the hits in maximal-marginal-relevance order, fewer near-duplicates
+    (:mod:`hybridret.search.diversify`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -94,6 +96,7 @@ class HybridRetLangChainRetriever(BaseRetriever):
     group_by: str | None = None
     group_size: int | None = None
     score_threshold: float | None = None
+    diversify: float | None = None
 
     @field_validator("searcher", mode="before")
     @classmethod
@@ -105,6 +108,11 @@ class HybridRetLangChainRetriever(BaseRetriever):
     def _check_threshold(cls, value: Any) -> float | None:
         return check_threshold(value)
 
+    @field_validator("diversify", mode="before")
+    @classmethod
+    def _check_diversify(cls, value: Any) -> float | None:
+        return diversity(value)
+
     @model_validator(mode="after")
     def _check_grouping(self) -> HybridRetLangChainRetriever:
         grouping(self.group_by, self.group_size)  # bad grouping fails here, not at the first query
@@ -115,7 +123,8 @@ class HybridRetLangChainRetriever(BaseRetriever):
         t = self.score_threshold
         hits = hits_per_query(self.searcher, queries, self.k if k is None else k, method or self.method,
                               self.filter if filter is None else filter,
-                              **grouping(self.group_by, self.group_size), relevance=True if t is not None else None)
+                              **grouping(self.group_by, self.group_size), relevance=True if t is not None else None,
+                              diversify=self.diversify)
         return [[hit_to_document(h, g) for h, g in zip(per_query, group_fields(per_query))
                  if t is None or (h.relevance is not None and h.relevance >= t)] for per_query in hits]
 

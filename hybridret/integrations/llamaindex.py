@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..types import Hit, SearchBackend
-from ._common import as_backend, finite_scores, group_fields, grouping, hits_per_query, require
+from ._common import as_backend, diversity, finite_scores, group_fields, grouping, hits_per_query, require
 from ._llamaindex_nodes import NODE_KEY, REF_KEY, stored_to_node
 
 require("llama_index.core", "llamaindex", "LlamaIndex")
@@ -81,15 +81,17 @@ class HybridRetLlamaIndexRetriever(BaseRetriever):
     ``similarity_top_k`` hits per query, searched with ``method``; ``filters`` is LlamaIndex
     ``MetadataFilters`` or a hybridret filter dict (see :func:`llamaindex_filters_to_hybridret`).
     ``aretrieve`` runs the search in a worker thread. ``group_by`` / ``group_size``: the chunks of
-    the top documents (see the module docstring).
+    the top documents (see the module docstring). ``diversify`` (MMR's λ in [0, 1]): the hits in
+    maximal-marginal-relevance order, fewer near-duplicates (:mod:`hybridret.search.diversify`).
     """
 
     def __init__(self, searcher: SearchBackend | str | Path, *, similarity_top_k: int = 10, method: str = "hybrid",
                  filters: MetadataFilters | dict[str, Any] | None = None, group_by: str | None = None,
-                 group_size: int | None = None, callback_manager: CallbackManager | None = None,
+                 group_size: int | None = None, diversify: float | None = None, callback_manager: CallbackManager | None = None,
                  verbose: bool = False, **kwargs: Any) -> None:
         self.searcher = as_backend(searcher)
         self.grouping = grouping(group_by, group_size)
+        self.diversify = diversity(diversify)
         self.similarity_top_k = similarity_top_k
         self.method = method
         self.filters = filters
@@ -98,7 +100,8 @@ class HybridRetLlamaIndexRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = hits_per_query(self.searcher, [query_bundle.query_str], self.similarity_top_k, self.method,
-                              llamaindex_filters_to_hybridret(self.filters), details=False, **self.grouping)[0]
+                              llamaindex_filters_to_hybridret(self.filters), details=False, **self.grouping,
+                              diversify=self.diversify)[0]
         return [hit_to_node(h, g) for h, g in zip(hits, group_fields(hits))]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:

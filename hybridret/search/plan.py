@@ -47,7 +47,8 @@ class SearchPlan:
     dense vectors (GQR). ``offset``: the hits (grouped: groups) skipped before the ``k`` returned;
     ``group``: group the hits (:mod:`hybridret.search.grouping`); ``rerank`` / ``rerank_depth``: rerank the
     first stage's top ``rerank_depth`` (:mod:`hybridret.search.rerank`); any of them runs the plan through
-    :func:`hybridret.search.run.execute_stages`."""
+    :func:`hybridret.search.run.execute_stages`. ``diversify``: MMR's λ over the first stage's pool
+    (:mod:`hybridret.search.diversify`)."""
 
     texts: tuple[str, ...]
     keep: tuple[int, ...]
@@ -66,11 +67,13 @@ class SearchPlan:
     group: GroupSpec | None = None
     rerank: Reranker | None = None
     rerank_depth: int = 0
+    diversify: float | None = None
 
     @property
     def staged(self) -> bool:
-        """Whether the plan groups, reranks or pages (run by :func:`hybridret.search.run.execute_stages`)."""
-        return bool(self.offset) or self.group is not None or self.rerank is not None
+        """Whether the plan groups, reranks, diversifies or pages (run by
+        :func:`hybridret.search.run.execute_stages`)."""
+        return bool(self.offset) or self.group is not None or self.rerank is not None or self.diversify is not None
 
     @property
     def width(self) -> int:
@@ -197,7 +200,7 @@ def plan_search(req: SearchRequest, *, available: Mapping[str, bool], stored_fus
         needs=frozenset(REGISTRY[u].needs for u in used) - {"text"},
         depth=depth, filter=filt,
         stats=tuple(u for u in used if REGISTRY[u].global_stats), vectors=cfg is not None and cfg.vectors,
-        offset=offset, group=group, rerank=rerank, rerank_depth=rerank_depth)
+        offset=offset, group=group, rerank=rerank, rerank_depth=rerank_depth, diversify=req.diversify)
 
 
 def fused_plan(config: FusionConfig, k: int, texts: Sequence[str], *, filt: Filter | None = None) -> SearchPlan:

@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..filters import Filter, parse_filter
 from ..fusion import FusionConfig
 from ..retrievers.base import check_threads
+from .diversify import check_diversify
 from .grouping import GroupSpec, check_group
 from .relevance import Calibration, check_relevance
 from .rerank import check_rerank
@@ -95,7 +96,7 @@ def _rerank(rerank: Any) -> Any:
 CHECKS: dict[str, Callable[[Any], Any]] = {
     "queries": check_queries, "k": check_k, "method": _method, "filter": parse_filter, "fusion": _fusion,
     "candidates": _candidates, "threads": check_threads, "offset": check_offset, "rerank": _rerank,
-    "relevance": _relevance,
+    "relevance": _relevance, "diversify": check_diversify,
 }
 
 
@@ -112,7 +113,9 @@ class SearchRequest:
     metadata field (:mod:`~hybridret.search.grouping`). ``rerank`` / ``rerank_depth``: a
     :class:`~hybridret.search.rerank.Reranker` or cross-encoder folder over the first stage's top
     ``rerank_depth`` (``True`` through a server: the server's). ``relevance``: each hit's calibrated
-    relevance (``True``, or a :class:`~hybridret.search.relevance.Calibration` to use)."""
+    relevance (``True``, or a :class:`~hybridret.search.relevance.Calibration` to use). ``diversify``:
+    MMR's λ in ``[0, 1]`` (1: pure relevance, lower: less alike hits or, grouped, documents; see
+    :mod:`~hybridret.search.diversify`)."""
 
     queries: tuple[str, ...]
     k: int = 10
@@ -127,6 +130,7 @@ class SearchRequest:
     rerank: Any = None
     rerank_depth: int | None = None
     relevance: bool | Calibration = False
+    diversify: float | None = None
 
     def __post_init__(self) -> None:
         for name, check in CHECKS.items():

@@ -11,6 +11,13 @@ with ``huggingface-cli download cross-encoder/ms-marco-MiniLM-L6-v2 --local-dir 
 is off, and only ``model.safetensors`` weights are read (a pickled ``pytorch_model.bin`` is
 refused, since unpickling can run code). The score of a pair is the model's single logit (a model
 with several labels: the last label's logit, by the convention that it is "relevant").
+
+**Offline**: the folder is all it reads (``local_files_only=True``: no download, no look-up on the
+Hub, whatever ``HF_HUB_OFFLINE`` says), so a folder copied from a connected machine, or one written
+with ``model.save_pretrained(folder, safe_serialization=True)`` and ``tokenizer.save_pretrained(folder)``,
+works on a machine without a network. It needs ``config.json``, ``model.safetensors`` and the
+tokenizer's files. Without torch (``make demo`` installs none) the reranker says so in one line, naming
+the extra (``pip install 'hybridret[torch]'``); ``hybridret serve --rerank DIR`` checks this before it starts.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ from ..errors import ConfigError, EncoderError, ModelNotFoundError
 __all__ = ["CrossEncoderReranker", "Reranker", "check_rerank", "check_scores", "load_reranker"]
 
 logger = logging.getLogger(__name__)
+
+RERANK_WITHOUT_TORCH = ("Search without rerank, or pass a Reranker of your own (one scores() method) that runs "
+                        "without torch.")
 
 DEFAULT_RERANK_DEPTH = 50
 MAX_RERANK_DEPTH = 1000
@@ -62,7 +72,7 @@ class CrossEncoderReranker(Reranker):
             raise ConfigError(f"batch_size must be >= 1 and max_length >= 8, got {batch_size} and {max_length}")
         from ..encoders.backends import pick_device, require_torch
 
-        require_torch("the cross-encoder reranker")
+        require_torch("the cross-encoder reranker", RERANK_WITHOUT_TORCH)
         self.path, self.batch_size, self.max_length = folder, int(batch_size), int(max_length)
         self.device = pick_device(device)
         try:

@@ -13,7 +13,10 @@ the candidates gathered and fused by :func:`~hybridret.fusion.config.fuse`, a ch
    ``rerank_depth`` chunks against the query; its score becomes the hit's score and the
    component ``"rerank"``, and the order follows it (ties: the first stage's order). Grouped, the
    groups are then formed from those ``rerank_depth`` reranked chunks;
-3. **page**: hits (or groups) ``offset .. offset + k`` of the full ranking; a page is a slice of
+3. **diversify** (optional, ``diversify=λ``): the first stage's (reranked) pool of hits, or of
+   groups, reordered by maximal marginal relevance over the candidates' dense vectors
+   (:mod:`hybridret.search.diversify`); the order over the whole pool, then cut;
+4. **page**: hits (or groups) ``offset .. offset + k`` of the full ranking; a page is a slice of
    the unpaginated list of the same snapshot (for fused methods while ``offset + k`` stays within
    the fusion depth, which then does not change with the page).
 """
@@ -29,6 +32,7 @@ import scipy.sparse as sp
 from ..fusion.config import FUSION_CHUNK, FusionConfig, fuse
 from ..retrievers import REGISTRY, QueryBatch
 from ..types import Hits
+from .diversify import DIVERSIFY_POOL, mmr_order
 from .grouping import best_of_groups, first_groups, key_values, next_depth, start_depth
 from .plan import PlanResult, SearchPlan, fused_plan
 from .rerank import check_scores
@@ -80,10 +84,14 @@ def _ranked(plan: SearchPlan, source: CandidateSource, q: QueryBatch, depth: int
     return rows, scores, comps, complete
 
 
-def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
-    """Groups by deepening the first stage until ``offset + k`` groups are certain (see
-    :mod:`hybridret.search.grouping`); single retrievers then score every member of those groups."""
-    spec, need, nq = plan.group, plan.offset + plan.k, len(q)
+def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatch, need: int | None = None,
+                         keep: int | None = None) -> StageResult:
+    """Groups by deepening the first stage until ``need`` (default ``offset + k``) groups are certain
+    (see :mod:`hybridret.search.grouping`), keeping up to ``keep`` (default ``need``) groups of the
+    final list; single retrievers then score every member of those groups."""
+    spec, nq = plan.group, len(q)
+    need = plan.offset + plan.k if need is None else need
+    keep = max(need, keep or need)
     assert spec is not None
     cap = max(source.size, 1)
     depth = start_depth(need, cap) if plan.single is not None else min(max(plan.depth, start_depth(need, cap)), cap)
@@ -97,7 +105,7 @@ def _grouped_first_stage(plan: SearchPlan, source: CandidateSource, q: QueryBatc
         stats = source.statistics(batch, plan.stats) if plan.stats else {}
         rows, scores, comps, complete = _ranked(plan, source, batch, depth, stats)
         keys = source.group_keys(rows, spec.field)
-        found = first_groups(rows, scores, keys, need)
+        found = first_groups(rows, scores, keys, keep)
         left = []
         for a, i in enumerate(run.tolist()):
             if got[i] is not None:
@@ -162,6 +170,8 @@ def _top(plan: SearchPlan, source: CandidateSource, q: QueryBatch, k: int
 
 
 def _chunk(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
+    if plan.diversify is not None:
+        return _diversified(plan, source, q)
     spec, need = plan.group, plan.offset + plan.k
     if plan.rerank is None:
         if spec is not None:
@@ -175,6 +185,49 @@ def _chunk(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageRes
     keys = source.group_keys(rows, spec.field)
     groups = first_groups(rows, scores, keys, need)
     return best_of_groups(groups, rows, scores, comps, keys, spec.size, resort=False)
+
+
+def _diversified(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:
+    """The first stage's pool (and reranking), in MMR order (:mod:`hybridret.search.diversify`): its
+    first ``offset + k`` hits or groups."""
+    spec, need, lam = plan.group, plan.offset + plan.k, float(plan.diversify)  # type: ignore[arg-type]
+    pool = max(need, DIVERSIFY_POOL)
+    if plan.rerank is not None:
+        rows, scores, comps = _top(plan, source, q, max(plan.rerank_depth, need))
+        rows, scores, comps = _rerank(plan, source, q, rows, scores, comps)
+        if spec is not None:
+            keys = source.group_keys(rows, spec.field)
+            rows, scores, comps, gkeys, gscores = best_of_groups(first_groups(rows, scores, keys, pool), rows, scores,
+                                                                 comps, keys, spec.size, resort=False)
+    elif spec is not None:  # a fused method's scores depend on its depth: deepened as the plain search is
+        rows, scores, comps, gkeys, gscores = (  # type: ignore[misc]
+            _grouped_first_stage(plan, source, q, pool) if plan.single is not None
+            else _grouped_first_stage(plan, source, q, need, keep=pool))
+    else:
+        stats = source.statistics(q, plan.stats) if plan.stats else {}
+        depth = min(pool, max(source.size, 1)) if plan.single is not None else plan.depth
+        rows, scores, comps, _ = _ranked(plan, source, q, depth, stats)
+    if spec is None:
+        order = mmr_order(scores, source.vectors(rows), (rows >= 0) & np.isfinite(scores), lam, need)
+        return (_along(rows, order, -1), _along(scores, order, -np.inf),
+                {n: _along(v, order, np.nan) for n, v in comps.items()}, None, None)
+    g = spec.size
+    best = rows[:, ::g]  # each group's best chunk: its vector is the group's
+    ok = np.array([[k is not None for k in line] for line in gkeys], dtype=bool).reshape(gkeys.shape)
+    order = mmr_order(gscores, source.vectors(best), ok & np.isfinite(gscores) & (best >= 0), lam, need)
+    cols = np.where(order[:, :, None] >= 0, order[:, :, None] * g + np.arange(g), -1).reshape(len(order), -1)
+    return (_along(rows, cols, -1), _along(scores, cols, -np.inf), {n: _along(v, cols, np.nan) for n, v in comps.items()},
+            _along(gkeys, order, None), _along(gscores, order, -np.inf))
+
+
+def _along(a: np.ndarray, idx: np.ndarray, fill: Any) -> np.ndarray:
+    """``a[i, idx[i, j]]``, ``fill`` where ``idx`` is ``-1``."""
+    got = np.take_along_axis(a, np.maximum(idx, 0), axis=1)
+    if a.dtype == object:
+        got = got.copy()
+        got[idx < 0] = fill
+        return got
+    return np.where(idx >= 0, got, fill).astype(a.dtype)
 
 
 def execute_stages(plan: SearchPlan, source: CandidateSource, q: QueryBatch) -> StageResult:

@@ -386,7 +386,9 @@ class Searcher:
         :mod:`hybridret.search.run`). ``relevance=True``: also each hit's calibrated relevance in
         [0, 1] (``Hits.relevance``, ``Hit.relevance``; :mod:`hybridret.search.relevance`, docs/relevance.md),
         from the calibration stored in the index or the shipped one of the packaged models; a
-        :class:`~hybridret.search.relevance.Calibration` uses that one."""
+        :class:`~hybridret.search.relevance.Calibration` uses that one. ``diversify=λ`` (in [0, 1]):
+        the hits (grouped: the groups) in maximal-marginal-relevance order over the first stage's pool,
+        fewer near-duplicates (:mod:`hybridret.search.diversify`; 1 = the plain order)."""
         req = SearchRequest.of(queries, k, **options)
         snap, plan, res = self._run(req)
         rel, ans = search_relevance(req.relevance, snap, plan, res) if req.relevance is not False else (None, None)

@@ -22,10 +22,14 @@ from typing import Any
 
 from ..types import MatchedTerm, Snippet
 
-__all__ = ["DEFAULT_SNIPPET_WORDS", "Snippet", "WordMatcher", "literal_terms", "make_snippets"]
+__all__ = ["DEFAULT_SNIPPET_WORDS", "EXPANSION_FLOOR", "Snippet", "WordMatcher", "literal_terms", "make_snippets",
+           "shown_expansions"]
 
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 DEFAULT_SNIPPET_WORDS = 32
+EXPANSION_FLOOR = 0.05
+"""Expansion terms whose contribution is below this share of the hit's learned-sparse score are not
+shown beside a hit (the CLI and the search page count them instead): see :func:`shown_expansions`."""
 _PIECE_MARKS = ("##", "\u2581", "\u0120")  # WordPiece continuation, SentencePiece / byte-level BPE word starts
 
 
@@ -166,6 +170,19 @@ def matched_view(enc: Any, q: Any, indices: Any, data: Any, text: str, matcher: 
              for name, a, b, lit in zip(names, qi, di, literal)]
     terms.sort(key=lambda m: -m.contribution)
     return terms
+
+
+def shown_expansions(terms: Sequence[MatchedTerm], floor: float = EXPANSION_FLOOR
+                     ) -> tuple[list[MatchedTerm], list[MatchedTerm]]:
+    """The expansion terms of a hit worth showing and those under the floor, each list by contribution
+    (query weight x document weight), heaviest first. A term is shown when its contribution is at least
+    ``floor`` (5%) of the hit's learned-sparse score, the sum of every matched term's contribution
+    (literal ones included): an expansion that adds 1% of the score says little about why the hit ranks
+    where it does, and odd ones (``phone`` on an IPv4 question) are usually such."""
+    total = sum(m.contribution for m in terms)
+    exp = sorted((m for m in terms if m.expansion), key=lambda m: -m.contribution)
+    keep = [m for m in exp if total > 0 and m.contribution >= floor * total]
+    return keep, exp[len(keep):]
 
 
 def hit_snippets(query: str, text: str, matched: Sequence[Any], matcher: WordMatcher) -> list[Snippet]:

@@ -26,7 +26,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..filters import Filter
     from ..index.snapshot import Snapshot
 
-__all__ = ["CandidateSource", "SnapshotSource", "full_text"]
+__all__ = ["NO_DENSE", "CandidateSource", "SnapshotSource", "full_text"]
+
+NO_DENSE = ("diversify compares the candidates' stored dense vectors, and this index has no dense component "
+            "(build it with a dense encoder, or search without diversify)")
 
 
 class CandidateSource(ABC):
@@ -95,6 +98,11 @@ class CandidateSource(ABC):
         """The text (title and text) of each row ``(nq, m)`` (``""`` at ``-1``), for a reranker."""
         raise ConfigError(f"{type(self).__name__} cannot return texts")
 
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The stored dense vectors of rows ``(nq, m)`` -> ``(nq, m, dim)`` (zeros at ``-1``), for
+        the diversity stage (:mod:`hybridret.search.diversify`)."""
+        raise ConfigError(f"{type(self).__name__} cannot return dense vectors")
+
 
 class SnapshotSource(CandidateSource):
     """Candidates from one snapshot (what :class:`~hybridret.search.searcher.Searcher` searches)."""
@@ -114,6 +122,8 @@ class SnapshotSource(CandidateSource):
         if plan.group is not None and snap.num_docs and all(c.get(plan.group.field) is None for c in columns):
             raise ConfigError(f"group_by: no document of the index has the metadata field {plan.group.field!r}; "
                               "group by a field the documents carry (e.g. 'parent_id' of chunked documents)")
+        if plan.diversify is not None and any(seg.part("dense") is None for seg in snap.segments):
+            raise ConfigError(NO_DENSE)
 
     @property
     def empty(self) -> bool:
@@ -157,6 +167,11 @@ class SnapshotSource(CandidateSource):
         snap = self.snap
         ctx = prepare_all((name,), snap, q, stats, threads=self.threads)[name]
         return score_rows(REGISTRY[name], snap, q, rows, ctx, threads=self.threads)
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        from ..retrievers.dense import vectors_of
+
+        return vectors_of(self.snap, np.asarray(rows, dtype=np.int64))
 
     def texts(self, rows: np.ndarray) -> list[list[str]]:
         return [[full_text(*self.snap.get(int(r))[:2]) if r >= 0 else "" for r in line]

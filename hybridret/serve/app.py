@@ -178,6 +178,8 @@ class SearchRequest(_Strict):
     rerank_depth: StrictInt | None = Field(None, ge=1, le=1000, description="with rerank: hits reranked (50)")
     relevance: StrictBool = Field(False, description="also each hit's calibrated relevance in [0, 1], thresholdable "
                                                      "(docs/relevance.md)")
+    diversify: float | None = Field(None, ge=0, le=1, strict=True, description="MMR's lambda: reorder the hits (grouped: the "
+                                    "documents) so they are less alike; 1 = pure relevance, 0.5-0.9 typical")
 
     def stage_options(self, reranker: str | None) -> dict[str, Any]:
         """The library's page / grouping / rerank keywords of this request."""
@@ -189,6 +191,8 @@ class SearchRequest(_Strict):
                "rerank": reranker if self.rerank else None, "rerank_depth": self.rerank_depth}
         if self.relevance:  # only when asked: a backend without relevance still serves the rest
             out["relevance"] = True
+        if self.diversify is not None:
+            out["diversify"] = self.diversify
         return out
 
     @field_validator("method")
@@ -217,6 +221,8 @@ class MatchedTermOut(BaseModel):
     doc_weight: float
     contribution: float
     expansion: bool = Field(description="the term is absent from the document's text (a SPLADE expansion)")
+    share: float = Field(0.0, description="contribution / the hit's learned-sparse score (the sum of every matched "
+                                          "term's contribution); the page shows expansion terms of share >= 0.05")
 
 
 class SnippetOut(BaseModel):

@@ -3,6 +3,7 @@
 
 const $ = (id) => document.getElementById(id);
 const SNIPPET_CHARS = 600;
+const EXPANSION_FLOOR = 0.05;  // = hybridret.search.snippets.EXPANSION_FLOOR (tests/test_expansion_terms.py checks)
 
 function el(tag, cls, text) {
   const node = document.createElement(tag);
@@ -114,14 +115,26 @@ function renderHit(hit, maxima) {
   }
   body.appendChild(p);
 
-  const expansion = terms.filter((m) => m.expansion);
+  // expansion terms by contribution (query weight x document weight); those under EXPANSION_FLOOR of
+  // the hit's learned-sparse score (hybridret.search.snippets.EXPANSION_FLOOR) are counted, not shown
+  const expansion = terms.filter((m) => m.expansion).sort((a, b) => b.contribution - a.contribution);
+  const shown = expansion.filter((m) => (m.share ?? 1) >= EXPANSION_FLOOR);
+  const minor = expansion.length - shown.length;
   if (expansion.length) {
     const exp = el("div", "exp");
     exp.appendChild(el("span", "label", "expansion terms:"));
-    for (const m of expansion.slice(0, 12)) {
+    for (const m of shown.slice(0, 12)) {
       const chip = el("span", "chip", m.term);
-      chip.title = "contribution " + fmt(m.contribution) + " (not in the text)";
+      chip.title = "contribution " + fmt(m.contribution) + " (" + Math.round(100 * (m.share ?? 0)) +
+        "% of the sparse score; not in the text)";
       exp.appendChild(chip);
+    }
+    if (minor > 0 || shown.length > 12) {
+      const more = minor + Math.max(0, shown.length - 12);
+      const note = el("span", "minor", "+" + more + " minor");
+      note.title = more + " more expansion terms, each under " + Math.round(100 * EXPANSION_FLOOR) +
+        "% of the sparse score";
+      exp.appendChild(note);
     }
     body.appendChild(exp);
   }
@@ -181,6 +194,12 @@ async function search(event) {
   if (groupBy) body.group_by = groupBy;
   if ($("rerank").checked) body.rerank = true;
   if ($("relevance").checked) body.relevance = true;
+  const diversify = $("diversify").value.trim();
+  if (diversify) {
+    const lam = Number(diversify);
+    if (!(lam >= 0 && lam <= 1)) { showError("diversify must be a number from 0 to 1 (1 = pure relevance)."); return; }
+    body.diversify = lam;
+  }
   const filter = $("filter").value.trim();
   if (filter) {
     try { body.filter = JSON.parse(filter); } catch (e) { showError("The filter is not valid JSON: " + e.message); return; }
