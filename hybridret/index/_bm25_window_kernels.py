@@ -18,7 +18,7 @@ from ._heap import drain as _drain
 from ._heap import enters as _enters
 from ._heap import jit as _jit
 from ._heap import push as _push
-from ._window_kernels import _below, _scan, _sparse_run, room
+from ._window_kernels import _below, _scan, _sparse_run, keep, room
 
 
 @_jit
@@ -136,14 +136,10 @@ def topk_windows(qptr, qterm, qw, indptr, docs, tfs, fn, norm, offs, imps, step,
                             if v >= barf and (not use_mask or allowed[d]):
                                 if nc == cd.shape[0]:
                                     cd, cq, nc = room(cd, cq, nc, bar)
-                                cd[nc] = d
-                                cq[nc] = v
-                                nc += 1
-                                if _enters(hs, hr, size, k, v, d):
-                                    size = _push(hs, hr, size, k, v, d)
-                                    if size == k and rho * np.float64(hs[0]) - slack > bar:
-                                        bar = rho * np.float64(hs[0]) - slack
-                                        barf = _below(bar)
+                                nc, size, raised = keep(d, v, cd, cq, nc, hs, hr, size, k, bar, rho, slack, True)
+                                if raised > bar:
+                                    bar = raised
+                                    barf = _below(bar)
                 continue
             i0 = 0
             while True:

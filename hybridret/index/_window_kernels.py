@@ -106,6 +106,23 @@ def _below(bar):  # pragma: no cover - compiled
 
 
 @_jit
+def keep(d, v, cd, cq, nc, hs, hr, size, cap, bar, ratio, slack, collect):  # pragma: no cover - compiled
+    """Row ``d`` (partial score ``v``, allowed, at least ``bar``) into the candidate buffer (when
+    ``collect``; it has room) and the heap of the ``cap`` best partial scores; returns the buffer
+    size, the heap size and the bar (once the heap is full: ``ratio`` times its worst less
+    ``slack``, if that is higher)."""
+    if collect:
+        cd[nc] = d
+        cq[nc] = v
+        nc += 1
+    if _enters(hs, hr, size, cap, v, d):
+        size = _push(hs, hr, size, cap, v, d)
+        if size == cap and ratio * np.float64(hs[0]) - slack > bar:
+            bar = ratio * np.float64(hs[0]) - slack
+    return nc, size, bar
+
+
+@_jit
 def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed, use_mask, collect, ratio):  # pragma: no cover
     """Read (and zero) ``acc[i0:count]`` of the window starting at row ``lo``: rows with a partial
     score > 0 and >= ``bar`` go to the candidate buffer (when ``collect``) and the heap of the
@@ -126,15 +143,10 @@ def _scan(acc, i0, count, lo, bar, hs, hr, size, cap, slack, cd, cq, nc, allowed
                 if s >= barf:
                     d = lo + c0 + ii
                     if not use_mask or allowed[d]:
-                        if collect:
-                            cd[nc] = d
-                            cq[nc] = s
-                            nc += 1
-                        if _enters(hs, hr, size, cap, s, d):
-                            size = _push(hs, hr, size, cap, s, d)
-                            if size == cap and ratio * np.float64(hs[0]) - slack > bar:
-                                bar = ratio * np.float64(hs[0]) - slack
-                                barf = _below(bar)
+                        nc, size, raised = keep(d, s, cd, cq, nc, hs, hr, size, cap, bar, ratio, slack, collect)
+                        if raised > bar:
+                            bar = raised
+                            barf = _below(bar)
         chunk[:] = 0.0
     return count, nc, size, bar
 
