@@ -14,6 +14,7 @@ __all__ = [
     "DocumentNotFoundError",
     "CorpusFormatError",
     "EncoderError",
+    "FilterError",
     "HybridRetError",
     "IndexExistsError",
     "IndexFormatError",
@@ -22,6 +23,7 @@ __all__ = [
     "IndexReadOnlyError",
     "MissingDependencyError",
     "ModelNotFoundError",
+    "TextUnavailable",
     "WorkLimitError",
     "WriteCancelledError",
 ]
@@ -42,6 +44,16 @@ class HybridRetError(Exception):
 
 class ConfigError(HybridRetError, ValueError):
     """An argument or configuration value is invalid."""
+
+
+class FilterError(ConfigError):
+    """A filter is malformed; the message says where (``filter.$and[1].year.$gte``) and why."""
+
+
+class TextUnavailable(FilterError):
+    """A segment cannot answer a ``$text`` condition (no stored text, no BM25 part); raised by
+    :mod:`hybridret.index.textmatch`, re-raised by :mod:`hybridret.filters` with the filter's field
+    in front."""
 
 
 class CorpusFormatError(HybridRetError, ValueError):

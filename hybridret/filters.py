@@ -36,7 +36,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, FilterError, TextUnavailable
 from .index.metadata import MAX_INT, Column, MetadataColumns
 
 __all__ = ["DOCUMENT_FIELDS", "MAX_IN_VALUES", "TEXT_KEYS", "Filter", "FilterError", "TextUnavailable", "parse_filter"]
@@ -48,15 +48,6 @@ _MAX_DEPTH = 32
 MAX_IN_VALUES = 10_000  # values of one $in / $nin list: each is compared with the column once
 # a document's own fields: not metadata, so a filter on them would match as if no document had them
 DOCUMENT_FIELDS = ("id", "_id", "title", "text", "contents")
-
-
-class FilterError(ConfigError):
-    """A filter is malformed; the message says where (``filter.$and[1].year.$gte``) and why."""
-
-
-class TextUnavailable(FilterError):
-    """A segment cannot answer a ``$text`` condition (no stored text, no BM25 part); raised by
-    :mod:`hybridret.index.textmatch`, re-raised here with the filter's field in front."""
 
 
 @dataclass(frozen=True)

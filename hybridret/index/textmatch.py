@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ..filters import TextUnavailable
+from ..errors import TextUnavailable
 from ._once import Once
 
 __all__ = ["CACHE_PHRASES", "TextMatcher", "TextUnavailable", "full_text", "holds_sequence"]
