@@ -139,8 +139,16 @@ def test_impacts_equal_exhaustive_and_brute_force(corpus, windows, change):
     check_equal(store, docs, rng, change)
 
 
+@pytest.fixture(params=[None, 0.0, 1.01], ids=["by-query", "all-maxscore", "all-windows"])
+def kernels(request, monkeypatch):
+    """v3 queries through the kernel the store picks per query, or every query through the MaxScore
+    kernel, or every one through the window kernel (either way the same answer)."""
+    if request.param is not None:
+        monkeypatch.setattr(bw, "MAXSCORE_SHARE", request.param)
+
+
 @pytest.mark.parametrize("change", DRIFTS, ids=[f"avgdl{a}-N{n}" for a, n in DRIFTS])
-def test_windows_equal_exhaustive_and_brute_force(corpus3, change):
+def test_windows_equal_exhaustive_and_brute_force(corpus3, kernels, change):
     store, docs, rng = corpus3
     assert store.meta["format"] == FORMAT_V3 and store.windows is not None and not store.needs_factors()
     check_equal(store, docs, rng, change)
@@ -169,7 +177,7 @@ def check_equal(store: BM25Store, docs: list[list[str]], rng: np.random.Generato
                                   store.score(sq, avgdl, rows, fac=store.tf_factors(avgdl)).view(np.int32))
 
 
-def test_threads_and_repeated_calls_agree(corpus, windows, corpus3):
+def test_threads_and_repeated_calls_agree(corpus, windows, corpus3, kernels):
     for store, docs, rng in (corpus, corpus3):
         check_threads(store, docs, rng)
 

@@ -53,23 +53,25 @@ def score_tf(qptr, qterm, qw, indptr, docs, tfs, fn, norm, rows, out):  # pragma
 
 
 @_jit
-def topk_impacts(qptr, qterm, qw, indptr, docs, tfs, fn, norm, imp, tmax, kth, rmin, rmax, shift, gamma, acc, wc,
-                 allowed, k, out_rows, out_scores, work):  # pragma: no cover
+def topk_impacts(qptr, qterm, qw, indptr, docs, tfs, fn, norm, imp, tmax, kth, scale, unit, rmin, rmax, shift, gamma,
+                 acc, wc, allowed, k, out_rows, out_scores, work):  # pragma: no cover
     """The exact top-k (rows, ties by row ascending, float64 scores) of each query.
 
-    ``imp``: each posting's tf factor under the build's ``avgdl0``, times 255, rounded (u8);
-    ``tmax``: each term's largest; ``kth`` (empty: not used), each term's k-th largest or less
-    (``theta`` starts from the best term's ``w * (kth - 0.5) / 255 * rmin``: that many rows have at
-    least this score; only without a row mask). Under the live ``avgdl`` every factor lies within
-    ``[f0 * rmin, f0 * rmax]`` of its build value ``f0`` (:func:`~.bm25_impacts.drift`), and ``f0``
-    within half a unit of ``imp / 255``; so a row's approximate score ``a = sum(w * imp / 255)``
-    (float32 adds) gives ``lb = (a - E) rmin <= score <= (a + E) rmax = ub`` with ``E`` the half
-    units of every query term plus a float32 rounding allowance (and a relative slack each).
+    ``imp``: each posting's tf factor ``f0`` under the build's ``avgdl0`` in units of its term's
+    ``scale`` (v2: ``1 / 255`` for every term, rounded, ``unit = 0.5``; v3: the term's largest
+    factor / 255, rounded and at least 1, ``unit = 1``), so ``f0`` is within ``unit`` units of
+    ``imp * scale``; ``tmax``: each term's largest ``imp``; ``kth`` (empty: not used), each term's
+    k-th largest or less (``theta`` starts from the best term's ``w * scale * (kth - unit) * rmin``:
+    that many rows have at least this score; only without a row mask). Under the live ``avgdl``
+    every factor lies within ``[f0 * rmin, f0 * rmax]`` (:func:`~.bm25_impacts.drift`); so a row's
+    approximate score ``a = sum(w * scale * imp)`` (float32 adds) gives
+    ``lb = (a - E) rmin <= score <= (a + E) rmax = ub`` with ``E`` the ``unit`` of every query term
+    (times its ``w * scale``) plus a float32 rounding allowance (and a relative slack each).
 
     Rows are taken in windows of ``2**shift`` (``acc``: a float32 accumulator of that many, zero on
     entry and exit, cache-resident; ``wc``: int32 scratch of the same size). ``theta``, the k-th
     best ``lb`` of the allowed rows completed so far, bounds the k-th best score from below. Per
-    window, MaxScore: the terms of smallest ``w * tmax / 255`` whose sum stays below what a row must
+    window, MaxScore: the terms of smallest ``w * scale * tmax`` whose sum stays below what a row must
     reach (``theta / rmax - E``) are *non-essential*; the others' postings in the window go into
     ``acc``, and a row whose partial sum crosses the rest of the way is a candidate (no scan of the
     window; while ``theta`` is 0 every term is essential and the window is scanned). Candidates get
@@ -106,10 +108,11 @@ def topk_impacts(qptr, qterm, qw, indptr, docs, tfs, fn, norm, imp, tmax, kth, r
             continue
         total_w = 0.0
         for jj in range(n):
-            ubj[jj] = qw[a + jj] * tmax[qterm[a + jj]] / 255.0
-            wj[jj] = np.float32(qw[a + jj] / 255.0)
-            total_w += qw[a + jj]
-        e = total_w * (0.5 + 1e-6) / 255.0 + total_w * (n + 4) * 2.0 ** -22
+            sc = qw[a + jj] * scale[qterm[a + jj]]
+            ubj[jj] = sc * tmax[qterm[a + jj]]
+            wj[jj] = np.float32(sc)
+            total_w += sc
+        e = total_w * (unit + 1e-6) + total_w * 255.0 * (n + 4) * 2.0 ** -22
         for i in range(n):  # descending upper bound (insertion sort: queries have few terms)
             x = i
             while x > 0 and ubj[order[x - 1]] < ubj[i]:
@@ -126,7 +129,8 @@ def topk_impacts(qptr, qterm, qw, indptr, docs, tfs, fn, norm, imp, tmax, kth, r
             for jj in range(n):
                 kv = np.float64(kth[qterm[a + jj]])
                 if kv > 0.0:
-                    theta = max(theta, qw[a + jj] * (kv - 0.5 - 1e-6) / 255.0 * rmin * (1.0 - SLACK))
+                    sc = qw[a + jj] * scale[qterm[a + jj]]
+                    theta = max(theta, sc * (kv - unit - 1e-6) * rmin * (1.0 - SLACK))
         lsize = 0
         ng = 0
         for w in range(nw):

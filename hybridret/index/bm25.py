@@ -483,15 +483,22 @@ class BM25Store:
 
         ptr, terms, weights = queries.ptr, queries.term, queries.weight
         nq = len(ptr) - 1
-        kern = _numba("windows" if self.windows is not None else "impacts")
-        run = search_windows if self.windows is not None else search_impacts
+        if self.windows is not None:
+            kerns = (_numba("impacts"), _numba("windows"))
+
+            def run(*a: Any) -> None:
+                search_windows(self, self._scratch, kerns, *a)
+        else:
+            kern = _numba("impacts")
+
+            def run(*a: Any) -> None:
+                search_impacts(self, self.impacts, 0.5, self._scratch, kern, *a)
         norm = norm_table(avgdl)
         workers = max(1, min(nq // 8, threads if threads is not None else (os.cpu_count() or 1)))
 
         def block(a: int, b: int) -> None:
-            run(self, self._scratch, kern, ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]],
-                           weights[ptr[a]:ptr[b]], avgdl, norm, k, mask, rows[a:b], scores[a:b],
-                           np.zeros(3, np.int64))
+            run(ptr[a:b + 1] - ptr[a], terms[ptr[a]:ptr[b]], weights[ptr[a]:ptr[b]], avgdl, norm, k, mask,
+                rows[a:b], scores[a:b], np.zeros(3, np.int64))
 
         in_blocks(nq, workers, block)
         return rows, scores.astype(np.float32)

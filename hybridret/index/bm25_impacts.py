@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import IndexFormatError
 from .storage import atomic_write_npy, load_npy
 
-__all__ = ["Impacts", "WINDOW_SHIFT", "drift", "search_impacts", "write_impacts"]
+__all__ = ["Impacts", "WINDOW_SHIFT", "drift", "kth_largest", "search_impacts", "write_impacts"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +70,22 @@ def write_impacts(root: Path, indptr: np.ndarray, docs: np.ndarray, tfs: np.ndar
     has = df > 0
     if len(imp):
         tmax[has] = np.maximum.reduceat(imp, indptr[:-1][has])
-    kth = np.zeros(len(df), dtype=np.uint8)
-    for t in np.flatnonzero(df >= KTH):  # the KTH-th largest: a histogram of 256 values per term
-        hist = np.bincount(imp[indptr[t]:indptr[t + 1]], minlength=256)[::-1].cumsum()
-        kth[t] = 255 - int(np.searchsorted(hist, KTH))
+    kth = kth_largest(imp, indptr)
     atomic_write_npy(root / "postings.impact.npy", imp)
     atomic_write_npy(root / "terms.max_impact.npy", tmax)
     atomic_write_npy(root / "terms.kth_impact.npy", kth)
     return {"impact_avgdl": float(avgdl0)}
+
+
+def kth_largest(imp: np.ndarray, indptr: np.ndarray) -> np.ndarray:
+    """Each term's :data:`KTH`-th largest u8 impact (0 below that many postings): a histogram of
+    256 values per term."""
+    df = np.diff(indptr)
+    kth = np.zeros(len(df), dtype=np.uint8)
+    for t in np.flatnonzero(df >= KTH):
+        hist = np.bincount(imp[indptr[t]:indptr[t + 1]], minlength=256)[::-1].cumsum()
+        kth[t] = 255 - int(np.searchsorted(hist, KTH))
+    return kth
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,6 +96,7 @@ class Impacts:
     imp: np.ndarray
     tmax: np.ndarray
     kth: np.ndarray
+    scale: np.ndarray  # the factor of one impact unit, per term (v2: 1 / 255 for every term)
 
     @classmethod
     def open(cls, root: Path, meta: dict[str, Any], nnz: int, num_terms: int) -> Impacts:
@@ -101,20 +110,20 @@ class Impacts:
         if imp.shape != (nnz,) or tmax.shape != (num_terms,) or kth.shape != (num_terms,) or imp.dtype != np.uint8 \
                 or tmax.dtype != np.uint8 or kth.dtype != np.uint8:
             raise IndexFormatError(f"{root}: BM25 impact files do not match meta.json (truncated write?)")
-        return cls(avgdl0, imp, tmax, kth)
+        return cls(avgdl0, imp, tmax, kth, np.full(num_terms, 1.0 / 255.0))
 
     def nbytes(self) -> int:
         return int(self.imp.nbytes + self.tmax.nbytes + self.kth.nbytes)
 
 
-def search_impacts(store: Any, scratch: threading.local, kern: Any, ptr: np.ndarray, terms: np.ndarray, weights: np.ndarray,
-                   avgdl: float, norm: np.ndarray, k: int, mask: np.ndarray, rows: np.ndarray,
-                   scores: np.ndarray, work: np.ndarray) -> None:
-    """Queries ``ptr``/``terms``/``weights`` (part of a batch) through :func:`topk_impacts`;
-    ``scratch``: the store's thread-local, holding this thread's accumulator window (``impact_bufs``);
-    ``norm``: the length normalisation under the live ``avgdl`` (``bm25.norm_table``)."""
-
-    imps: Impacts = store.impacts
+def search_impacts(store: Any, imps: Impacts, unit: float, scratch: threading.local, kern: Any, ptr: np.ndarray,
+                   terms: np.ndarray, weights: np.ndarray, avgdl: float, norm: np.ndarray, k: int, mask: np.ndarray,
+                   rows: np.ndarray, scores: np.ndarray, work: np.ndarray) -> None:
+    """Queries ``ptr``/``terms``/``weights`` (part of a batch) through :func:`topk_impacts` over
+    ``imps`` (a v2 store's :attr:`~.bm25.BM25Store.impacts`, ``unit`` 0.5; or a v3 store's impacts
+    seen this way, ``unit`` 1: :mod:`.bm25_windows`); ``scratch``: the store's thread-local, holding
+    this thread's accumulator window (``impact_bufs``); ``norm``: the length normalisation under
+    the live ``avgdl`` (``bm25.norm_table``)."""
     bufs = getattr(scratch, "impact_bufs", None)
     scratch.impact_bufs = None  # taken (and dropped if the kernel fails half-way: acc must be zero)
     shift = WINDOW_SHIFT  # read per call (tests set smaller windows)
@@ -123,5 +132,5 @@ def search_impacts(store: Any, scratch: threading.local, kern: Any, ptr: np.ndar
     rmin, rmax = drift(avgdl, imps.avgdl0)
     kth = imps.kth if k <= KTH and not len(mask) else np.zeros(0, np.uint8)  # a mask may hide those rows
     kern(ptr, terms, weights, store.indptr, store.docs, store.tfs, store.fn, norm, imps.imp, imps.tmax,
-         kth, rmin, rmax, shift, GAMMA, bufs[0], bufs[1], mask, k, rows, scores, work)
+         kth, imps.scale, unit, rmin, rmax, shift, GAMMA, bufs[0], bufs[1], mask, k, rows, scores, work)
     scratch.impact_bufs = bufs

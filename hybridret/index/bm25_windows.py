@@ -34,13 +34,18 @@ from typing import Any
 import numpy as np
 
 from ..errors import IndexFormatError
-from .bm25_impacts import drift
+from .bm25_impacts import KTH, Impacts, drift, kth_largest, search_impacts
 from .storage import atomic_write_npy, load_npy
 
-__all__ = ["LONG_DF", "SHIFT", "Windows", "search_windows", "write_windows"]
+__all__ = ["LONG_DF", "MAXSCORE_SHARE", "SHIFT", "Windows", "search_windows", "write_windows"]
 
 SHIFT = 16  # rows per window: 2 ** SHIFT (offsets are uint16; the accumulator, 256 KiB, stays in L2)
-LONG_DF = 256  # terms with at least this many postings keep their window bounds (short ones are walked)
+LONG_DF = 256
+# a query whose longest list holds at least this share of its postings takes the MaxScore kernel
+# (which leaves that list out while its bound is small against the k-th score); the others read
+# every run once, without branches: measured per query on MS MARCO DL19 and the other collections'
+# queries at 1M passages (docs/benchmarks.md, "BM25 in windows")
+MAXSCORE_SHARE = 0.6  # terms with at least this many postings keep their window bounds (short ones are walked)
 _CHUNK = 1 << 24  # postings per step while impacts are computed (bounds the build's memory)
 
 
@@ -86,6 +91,7 @@ def write_windows(root: Path, indptr: np.ndarray, docs: np.ndarray, tfs: np.ndar
     atomic_write_npy(root / "terms.max.npy", tmax)
     atomic_write_npy(root / "terms.long_row.npy", long_row)
     atomic_write_npy(root / "terms.long_bounds.npy", bounds.reshape(-1))
+    atomic_write_npy(root / "terms.kth_impact.npy", kth_largest(imps, indptr))
     resident = 3 * nnz + tmax.nbytes + long_row.nbytes + bounds.nbytes + int(df[df < LONG_DF].sum()) * 4
     return {"impact_avgdl": float(avgdl0), "window_shift": shift, "long_df": LONG_DF, "long_terms": len(longs),
             "bytes_per_posting_resident": round(resident / max(1, nnz), 3)}
@@ -103,6 +109,7 @@ class Windows:
     step: np.ndarray
     long_row: np.ndarray
     bounds: np.ndarray
+    as_impacts: Impacts  # the same impacts, aligned with the rows, for the MaxScore kernel
 
     @classmethod
     def open(cls, root: Path, meta: dict[str, Any], nnz: int, num_terms: int, num_docs: int) -> Windows:
@@ -115,30 +122,65 @@ class Windows:
         tmax = np.asarray(load_npy(root / "terms.max.npy", mmap=False))
         long_row = np.asarray(load_npy(root / "terms.long_row.npy", mmap=False))
         bounds = np.asarray(load_npy(root / "terms.long_bounds.npy", mmap=False))
+        kth = np.asarray(load_npy(root / "terms.kth_impact.npy", mmap=False))
         nw = (num_docs + (1 << shift) - 1) >> shift
         if (not 1 <= shift <= 16 or offs.shape != (nnz,) or imps.shape != (nnz,) or offs.dtype != np.uint16
                 or imps.dtype != np.uint8 or tmax.shape != (num_terms,) or long_row.shape != (num_terms,)
-                or bounds.shape != (nlong * (nw + 1),) or int((long_row >= 0).sum()) != nlong):
+                or bounds.shape != (nlong * (nw + 1),) or int((long_row >= 0).sum()) != nlong
+                or kth.shape != (num_terms,) or kth.dtype != np.uint8):
             raise IndexFormatError(f"{root}: BM25 window files do not match meta.json (truncated write?)")
         step = np.where(tmax > 0, tmax.astype(np.float64) / 255.0, 1.0)
-        return cls(avgdl0, shift, offs, imps, tmax, step, long_row, bounds)
+        top = np.where(tmax > 0, 255, 0).astype(np.uint8)  # every term's largest impact is 255 (its step's definition)
+        return cls(avgdl0, shift, offs, imps, tmax, step, long_row, bounds, Impacts(avgdl0, imps, top, kth, step))
 
     def nbytes(self) -> int:
-        return int(self.offs.nbytes + self.imps.nbytes + self.tmax.nbytes + self.long_row.nbytes + self.bounds.nbytes)
+        return int(self.offs.nbytes + self.imps.nbytes + self.tmax.nbytes + self.long_row.nbytes + self.bounds.nbytes
+                   + self.as_impacts.kth.nbytes)
 
 
-def search_windows(store: Any, scratch: threading.local, kern: Any, ptr: np.ndarray, terms: np.ndarray,
+def search_windows(store: Any, scratch: threading.local, kerns: tuple[Any, Any], ptr: np.ndarray, terms: np.ndarray,
                    weights: np.ndarray, avgdl: float, norm: np.ndarray, k: int, mask: np.ndarray, rows: np.ndarray,
                    scores: np.ndarray, work: np.ndarray) -> None:
-    """Queries ``ptr``/``terms``/``weights`` (part of a batch) through :func:`topk_windows`;
-    ``scratch``: the store's thread-local, holding this thread's accumulator window (``window_acc``);
-    ``norm``: the length normalisation under the live ``avgdl`` (``bm25.norm_table``)."""
+    """Queries ``ptr``/``terms``/``weights`` (part of a batch) of a v3 store: those whose longest
+    list holds at least :data:`MAXSCORE_SHARE` of their postings through the MaxScore kernel over the same impacts
+    (:func:`._bm25_impact_kernels.topk_impacts`, via :func:`.bm25_impacts.search_impacts`), the
+    others through :func:`._bm25_window_kernels.topk_windows` (``kerns``: the two, in that order).
+    ``scratch``: the store's thread-local (each kernel's accumulator window); ``norm``: the length
+    normalisation under the live ``avgdl`` (``bm25.norm_table``)."""
     win: Windows = store.windows
+    nterms = np.diff(ptr)
+    df = np.append(np.diff(store.indptr)[terms], 0)  # padded: an empty last query reads the 0
+    total, longest = np.add.reduceat(df, ptr[:-1]), np.maximum.reduceat(df, ptr[:-1])  # empty queries: not read
+    short = (nterms == 0) | (longest >= MAXSCORE_SHARE * np.maximum(total, 1))
+    for pick, run in ((np.flatnonzero(short), _maxscore), (np.flatnonzero(~short), _windows)):
+        if not len(pick):
+            continue
+        if len(pick) == len(nterms):
+            run(store, win, scratch, kerns, ptr, terms, weights, avgdl, norm, k, mask, rows, scores, work)
+            continue
+        sub = np.zeros(len(pick) + 1, np.int64)
+        np.cumsum(nterms[pick], out=sub[1:])
+        at = np.concatenate([np.arange(ptr[i], ptr[i + 1]) for i in pick])
+        r, s_ = rows[pick], scores[pick]
+        run(store, win, scratch, kerns, sub, terms[at], weights[at], avgdl, norm, k, mask, r, s_, work)
+        rows[pick], scores[pick] = r, s_
+
+
+def _maxscore(store: Any, win: Windows, scratch: threading.local, kerns: tuple[Any, Any], ptr: np.ndarray,
+              terms: np.ndarray, weights: np.ndarray, avgdl: float, norm: np.ndarray, k: int, mask: np.ndarray,
+              rows: np.ndarray, scores: np.ndarray, work: np.ndarray) -> None:
+    search_impacts(store, win.as_impacts, 1.0, scratch, kerns[0], ptr, terms, weights, avgdl, norm, k, mask, rows,
+                   scores, work)
+
+
+def _windows(store: Any, win: Windows, scratch: threading.local, kerns: tuple[Any, Any], ptr: np.ndarray,
+             terms: np.ndarray, weights: np.ndarray, avgdl: float, norm: np.ndarray, k: int, mask: np.ndarray,
+             rows: np.ndarray, scores: np.ndarray, work: np.ndarray) -> None:
     acc = getattr(scratch, "window_acc", None)
     scratch.window_acc = None  # taken (and dropped if the kernel fails half-way: acc must be zero)
     if acc is None or len(acc) != 1 << win.shift:
         acc = np.zeros(1 << win.shift, np.float32)
     rmin, rmax = drift(avgdl, win.avgdl0)
-    kern(ptr, terms, weights, store.indptr, store.docs, store.tfs, store.fn, norm, win.offs, win.imps, win.step,
-         win.long_row, win.bounds, rmin, rmax, win.shift, store.num_docs, acc, mask, k, rows, scores, work)
+    kerns[1](ptr, terms, weights, store.indptr, store.docs, store.tfs, store.fn, norm, win.offs, win.imps, win.step,
+             win.long_row, win.bounds, rmin, rmax, win.shift, store.num_docs, acc, mask, k, rows, scores, work)
     scratch.window_acc = acc
