@@ -10,16 +10,23 @@ dozen rows per query) and, aligned with ``postings.docs.npy`` (each term's rows 
   over 255), nearest, at least 1;
 * ``terms.long_row.npy`` (int32, one per term) and ``terms.long_bounds.npy`` (uint32, one row of
   ``windows + 1`` per term of at least :data:`LONG_DF` postings): where each window's run starts in
-  a long term's list. A short term's runs are found by walking its rows.
+  a long term's list. A short term's runs are found by walking its rows;
+* ``terms.kth_impact.npy`` (uint8, one per term): its 10th largest impact (the MaxScore kernel's
+  starting bar, as in v2).
 
-Search (:func:`._bm25_window_kernels.topk_windows`): window by window, the runs of a query's terms
-are added into a cache-resident accumulator (3 bytes read per posting, no branch), the window is
-read once in chunks, and the rows whose partial score can still reach the k-th are scored exactly
-from tf. Impacts hold no idf (a query's weights carry the live ``N`` and ``df``), and a live
-``avgdl`` moves every factor by at most the ratio to ``avgdl0`` (:func:`.bm25_impacts.drift`), so
-the bar for a row is ``rho (Q_k - E) - E`` (``rho = rmin / rmax``, ``E`` the quantization error):
-what is returned is bit-identical to the exhaustive path under any statistics and segmentation.
-The drift only lowers the bar (more rows scored exactly); ``compact`` rewrites the impacts.
+Search: each query takes one of two exact kernels over these impacts. A query whose longest list
+holds at least :data:`MAXSCORE_SHARE` of its postings runs MaxScore
+(:func:`._bm25_impact_kernels.topk_impacts`, rows from ``postings.docs.npy``, the impacts in their
+terms' steps, ``terms.kth_impact.npy`` for a starting bar), which leaves that long list out while
+its bound is small; every other query runs :func:`._bm25_window_kernels.topk_windows`: window by
+window, its runs are added into a cache-resident accumulator (3 bytes read per posting, no
+branch), the window is read once in chunks, and the rows whose partial score can still reach the
+k-th are scored exactly from tf. Impacts hold no idf (a query's weights carry the live ``N`` and
+``df``), and a live ``avgdl`` moves every factor by at most the ratio to ``avgdl0``
+(:func:`.bm25_impacts.drift`), so the bar for a row is ``rho (Q_k - E) - E`` (``rho = rmin / rmax``,
+``E`` the quantization error, one step per term): what is returned is bit-identical to the
+exhaustive path under any statistics and segmentation, whichever kernel answers. The drift only
+lowers the bar (more rows scored exactly); ``compact`` rewrites the impacts.
 
 Measured against v2 (u8 impacts beside int32 rows, windowed MaxScore) and bm25s: docs/benchmarks.md.
 """
