@@ -412,6 +412,20 @@ def test_grouped_paged_and_reranked_search_equals_one_index(searchers, local_ind
     assert all(h.scores["rerank"] == h.score for h in many[0])
 
 
+def test_diversified_search_equals_one_index(searchers, local_index):
+    """MMR (``diversify``) on 2 and 3 shards: the dense vectors come from the owning shards, the
+    order is the one index's (dense and RRF, whose scores do not tie here), grouped or not, paged."""
+    qs = [q for q in QUERIES if q]
+    for method in ("dense", "rrf"):
+        for kw in ({}, {"group_by": "year", "group_size": 2}, {"offset": 2}):
+            one = local_index.search(qs, k=4, method=method, diversify=0.5, **kw)
+            assert one.ids.tolist() != local_index.search(qs, k=4, method=method, **kw).ids.tolist()
+            for n in (2, 3):
+                many = searchers[n].search(qs, k=4, method=method, diversify=0.5, **kw)
+                assert many.ids.tolist() == one.ids.tolist(), (method, kw, n)
+                np.testing.assert_allclose(many.scores, one.scores, atol=1e-4)
+
+
 def test_dead_shard_is_named_or_reported_missing(searchers):
     """Last: it kills a shard of the 2-shard searcher for good."""
     sharded = searchers[2]
@@ -578,17 +592,3 @@ def test_cli_serve_joins_the_cluster(ray_cluster, work, local_index, start_serve
         assert client.search("volcano lava island eruption", k=1, method="bm25").ids[0, 0] == "cli-1"
     proc.send_signal(signal.SIGTERM)  # graceful: in-flight requests finish, the shard actors are stopped
     assert proc.wait(timeout=60) == 0
-
-
-def test_diversified_search_equals_one_index(searchers, local_index):
-    """MMR (``diversify``) on 2 and 3 shards: the dense vectors come from the owning shards, the
-    order is the one index's (dense and RRF, whose scores do not tie here), grouped or not, paged."""
-    qs = [q for q in QUERIES if q]
-    for method in ("dense", "rrf"):
-        for kw in ({}, {"group_by": "year", "group_size": 2}, {"offset": 2}):
-            one = local_index.search(qs, k=4, method=method, diversify=0.5, **kw)
-            assert one.ids.tolist() != local_index.search(qs, k=4, method=method, **kw).ids.tolist()
-            for n in (2, 3):
-                many = searchers[n].search(qs, k=4, method=method, diversify=0.5, **kw)
-                assert many.ids.tolist() == one.ids.tolist(), (method, kw, n)
-                np.testing.assert_allclose(many.scores, one.scores, atol=1e-4)

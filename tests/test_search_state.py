@@ -436,9 +436,9 @@ def test_bm25_tf_factors_under_outside_statistics(tmp_path):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
     for i in range(2):
-        if snap.segments[i].part("bm25").impacts is not None:
-            # a v2 store (the default) searches its u8 impacts and re-scores from tf: no float64
-            # tf factors are made for it, under any statistics
+        if not snap.segments[i].part("bm25").needs_factors():
+            # a v2 or v3 store (v3 is the default) searches its u8 impacts and re-scores from tf:
+            # no float64 tf factors are made for it, under any statistics
             made: list[int] = []
             snap.cache.get(("bm25.tf", "bm25", i), lambda: made.append(1))
             assert made == [1]  # nothing was kept under that key before this call
