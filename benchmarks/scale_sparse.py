@@ -239,7 +239,11 @@ def run_size(n: int, args: argparse.Namespace, work: Path, qfile: Path, done: li
                                        if p["class"] == "LearnedIndex")
     for g in GROUPS:
         if g not in args.groups:
-            res[g] = {"paths": {}, "skipped": "not asked for (--groups)"}
+            earlier = d / f"{g}.out.json"
+            if kept is not None and earlier.is_file():  # the figures of the run that last timed it there
+                res[g] = {**json.loads(earlier.read_text()), "reused_from": str(earlier)}
+            else:
+                res[g] = {"paths": {}, "skipped": "not asked for (--groups)"}
             continue
         if g == "bm25" and not spec["bm25_dir"] or g == "dense" and not spec["dense_dir"]:
             res[g] = {"paths": {}, "skipped": "the index has no such part"}
@@ -473,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep each size's corpus and index")
     ap.add_argument("--reuse", type=Path, action="append", default=[],
                     help="a work folder kept by an earlier --keep run (repeatable): a size found there is searched "
-                         "again without generating or building it (its build figures are the earlier run's)")
+                         "again without generating or building it (its build figures are the earlier run's); a "
+                         "group not asked for (--groups) reports the figures it last wrote there")
     ap.add_argument("--smoke", action="store_true", help="one 10k size, 40 queries, in-process (CI)")
     ap.add_argument("--smoke-docs", type=int, default=200, help="--smoke without an index: passages to encode")
     ap.add_argument("--out", type=Path, default=None, help="JSON (default benchmarks/results/scale-sparse.json)")
@@ -560,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
            "queries": {"count": len(texts), "msmarco_dl19": int(ms.sum()), "encodings": how,
                        "note": "real query texts: the 43 TREC DL19 queries of the pool, then the other shared "
                                "collections' queries; MS MARCO dev queries are not available offline"},
-           "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "child"},
+           "settings": {k: ([str(x) for x in v] if isinstance(v, list) else str(v) if isinstance(v, Path) else v)
+                        for k, v in vars(args).items() if k != "child"},
            "in_process": args.smoke, "labels": paths.LABELS, "exact_paths": list(paths.EXACT),
            "sizes": {str(r["size"]): r for r in results}, "skipped": skipped, "extrapolation": extra,
            "plot": plotted, "total_s": time.perf_counter() - t_start,
