@@ -574,8 +574,11 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
         lam = driver.find_element(By.ID, "diversify")
         lam.send_keys("0.3")
         driver.find_element(By.ID, "go").click()
-        WebDriverWait(driver, 30).until(lambda d: [h.get_attribute("data-id") for h in
-                                                   d.find_elements(By.CSS_SELECTOR, "#results .hit")] == want)
+        from selenium.common.exceptions import StaleElementReferenceException
+
+        # the hits are re-rendered while the wait reads them: a hit replaced under it is read again
+        WebDriverWait(driver, 30, ignored_exceptions=(StaleElementReferenceException,)).until(
+            lambda d: [h.get_attribute("data-id") for h in d.find_elements(By.CSS_SELECTOR, "#results .hit")] == want)
         lam.clear()
         # a bad filter is reported on the page, not as a broken page
         driver.find_element(By.ID, "filter").send_keys('{"n": {"$in": 3}}')
