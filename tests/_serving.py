@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import threading
 import time
@@ -35,3 +36,29 @@ def serving(app: Any, *, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+def chromium() -> tuple[str, str] | None:
+    """``(browser, chromedriver)`` paths of the system Chromium (Debian's ``chromium`` and
+    ``chromium-driver``), or ``None`` when either is missing (the browser tests then skip)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+NO_CHROMIUM = "needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)"
+
+
+def headless_chrome(webdriver: Any, *args: str) -> Any:
+    """A headless Chrome session on the system Chromium (``webdriver``: ``selenium.webdriver``),
+    with ``args`` added to the usual headless flags; the caller quits it."""
+    from selenium.webdriver.chrome.service import Service
+
+    found = chromium()
+    if found is None:
+        raise RuntimeError(NO_CHROMIUM)
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = found[0]
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", *args):
+        opts.add_argument(arg)
+    return webdriver.Chrome(service=Service(executable_path=found[1]), options=opts)

@@ -22,7 +22,7 @@ from hybridret.search.relevance import (DEFAULT_CALIBRATION, TOPS, Calibration, 
 from hybridret.types import result_json
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _serving import serving  # noqa: E402
+from _serving import NO_CHROMIUM, chromium, headless_chrome, serving  # noqa: E402
 
 SAMPLE = Path(__file__).resolve().parents[1] / "hybridret" / "resources" / "sample"
 QUERIES = load_queries(SAMPLE / "queries.jsonl")
@@ -193,31 +193,18 @@ def test_the_shipped_calibration_is_checksummed_json_and_an_edited_file_is_refus
     assert load_calibration(again) == DEFAULT_CALIBRATION
 
 
-def _chromium() -> tuple[str, str] | None:
-    import shutil
-
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
-                                                "chromium-driver)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_search_page_shows_relevance_and_the_nothing_relevant_state(retriever):
     webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     from hybridret.serve.app import ServeConfig, create_app
 
-    browser, driver_path = _chromium()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        opts.add_argument(arg)
     with serving(create_app(retriever, ServeConfig())) as url:
-        driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+        driver = headless_chrome(webdriver)
         try:
             driver.get(url + "/")
             expected = retriever.search([OFF_TOPIC[3], QUERIES["q01"]], 10, relevance=True)

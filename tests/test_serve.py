@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _serving import NO_CHROMIUM, chromium, headless_chrome
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -513,28 +514,16 @@ def test_sigterm_during_a_write_lets_it_commit(index, tmp_path, start_server):
 
 
 # -- the search page in a real browser -----------------------------------------------------------------------
-def _chromium() -> tuple[str, str] | None:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
-                                                "chromium-driver)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_search_page_in_headless_chromium(server, tmp_path_factory):
     webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    browser, driver_path = _chromium()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1000",
-                "--force-device-scale-factor=1"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+    driver = headless_chrome(webdriver, "--window-size=1200,1000", "--force-device-scale-factor=1")
     try:
         driver.get(server.url + "/")
         WebDriverWait(driver, 20).until(ec.text_to_be_present_in_element((By.ID, "status"), "documents"))
@@ -589,8 +578,7 @@ def test_search_page_in_headless_chromium(server, tmp_path_factory):
         driver.quit()
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
-                                                "chromium-driver)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_api_docs_page_renders_in_headless_chromium(server):
     """``/docs`` renders FastAPI's OpenAPI 3.1 offline (Swagger UI 5 from local files): every
     operation is listed, and there is no "Unable to render this definition"."""
@@ -599,16 +587,10 @@ def test_api_docs_page_renders_in_headless_chromium(server):
     if swagger_ui_folder() is None:
         pytest.skip("swagger-ui-py is not installed (it comes with the serve and test extras)")
     webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    browser, driver_path = _chromium()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu", "--window-size=1200,1000"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+    driver = headless_chrome(webdriver, "--window-size=1200,1000")
     try:
         driver.get(server.url + "/docs")
         WebDriverWait(driver, 30).until(lambda d: d.find_elements(By.CSS_SELECTOR, ".opblock")

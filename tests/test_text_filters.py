@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _serving import NO_CHROMIUM, chromium, headless_chrome
 from _text_only import TextOnly, build
 
 from hybridret import IndexWriter, Searcher
@@ -331,33 +332,20 @@ def test_http_api_and_client(kb):
             client.close()
 
 
-def _chromium() -> tuple[str, str] | None:
-    import shutil
-
-    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-    driver = shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
 
 
-@pytest.mark.skipif(_chromium() is None, reason="needs chromium and chromedriver (Debian: apt-get install chromium "
-                                                "chromium-driver)")
+@pytest.mark.skipif(chromium() is None, reason=NO_CHROMIUM)
 def test_search_page_filter_box_takes_text_filters(kb):
     webdriver = pytest.importorskip("selenium.webdriver", reason="needs selenium (pip install selenium)")
     from _serving import serving
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
     from hybridret.serve.app import ServeConfig, create_app
 
-    browser, driver_path = _chromium()
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = browser
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
-        opts.add_argument(arg)
     with serving(create_app(kb, ServeConfig(batching=False))) as url:
-        driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=opts)
+        driver = headless_chrome(webdriver)
         try:
             driver.get(url + "/")
             WebDriverWait(driver, 20).until(ec.text_to_be_present_in_element((By.ID, "status"), "documents"))

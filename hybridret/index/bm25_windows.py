@@ -156,7 +156,7 @@ def search_windows(store: Any, scratch: threading.local, kerns: tuple[Any, Any],
     normalisation under the live ``avgdl`` (``bm25.norm_table``)."""
     win: Windows = store.windows
     nterms = np.diff(ptr)
-    df = np.append(np.diff(store.indptr)[terms], 0)  # padded: an empty last query reads the 0
+    df = np.append(store.df[terms], 0)  # padded: an empty last query reads the 0
     total, longest = np.add.reduceat(df, ptr[:-1]), np.maximum.reduceat(df, ptr[:-1])  # empty queries: not read
     short = (nterms == 0) | (longest >= MAXSCORE_SHARE * np.maximum(total, 1))
     for pick, run in ((np.flatnonzero(short), _maxscore), (np.flatnonzero(~short), _windows)):
